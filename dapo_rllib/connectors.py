@@ -1,0 +1,137 @@
+"""Learner connector pieces: grouped episodes in, DAPO training batch out.
+
+Each episode is one (prompt, response) pair sampled by `VLLMEnvRunner`; the episodes of one
+prompt share a `group_id`. The pipeline DAPO builds (see `DAPOConfig.build_learner_connector`):
+
+    PadTokenBatch → GroupAdvantages → NumpyToTensor → RecomputeOldLogProbs
+
+Advantages are computed here, on the whole batch of complete groups, before RLlib slices the
+batch into mini-batches (or shards it across learners): later splitting cannot change them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.columns import Columns
+
+from dapo_rllib import core_algos
+from dapo_rllib.rl_module import LOGP, PROMPT_MASK, RESPONSE_MASK
+
+# Per-episode values the env runner writes into `extra_model_outputs`.
+GROUP_ID = "group_id"
+SCORE = "score"
+ACC = "acc"
+TRUNCATED = "truncated"
+# Training-batch columns added here.
+OLD_LOGP = "old_logp"
+LOSS_MASK = Columns.LOSS_MASK
+OLD_LOGP_TIME_KEY = "old_log_probs_time_s"
+
+
+def episode_value(episode, key: str):
+    """The value of an `extra_model_outputs` key of a one-step episode."""
+    return episode.get_extra_model_outputs(key, 0)
+
+
+class PadTokenBatch(ConnectorV2):
+    """Left-pads prompts, right-pads responses, and builds the response and loss masks.
+
+    The loss mask is the response mask with truncated responses zeroed when overlong
+    filtering is on (DAPO §2.4), so every later token count is counted after masking.
+    """
+
+    def __init__(self, *args, pad_token_id: int, overlong_filtering: bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pad_token_id = pad_token_id
+        self.overlong_filtering = overlong_filtering
+
+    def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
+        episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
+        prompts = [np.asarray(ep.get_observations(0), dtype=np.int64) for ep in episodes]
+        responses = [np.asarray(ep.get_actions(0), dtype=np.int64) for ep in episodes]
+        if any(len(r) == 0 for r in responses):
+            raise ValueError("an episode has an empty response; the env runner must drop or pad it")
+        width_p, width_r = max(map(len, prompts)), max(map(len, responses))
+
+        n = len(episodes)
+        prompt_ids = np.full((n, width_p), self.pad_token_id, dtype=np.int64)
+        prompt_mask = np.zeros((n, width_p), dtype=np.float32)
+        response_ids = np.full((n, width_r), self.pad_token_id, dtype=np.int64)
+        response_mask = np.zeros((n, width_r), dtype=np.float32)
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            prompt_ids[i, width_p - len(p) :] = p
+            prompt_mask[i, width_p - len(p) :] = 1.0
+            response_ids[i, : len(r)] = r
+            response_mask[i, : len(r)] = 1.0
+
+        truncated = np.array([bool(episode_value(ep, TRUNCATED)) for ep in episodes])
+        loss_mask = response_mask.copy()
+        if self.overlong_filtering:
+            loss_mask[truncated] = 0.0
+        if metrics is not None:
+            metrics.log_value("overlong_filtered_fraction", float(truncated.mean()) if self.overlong_filtering else 0.0, window=1)
+            metrics.log_value("loss_tokens_per_step", float(loss_mask.sum()), window=1)
+
+        batch[DEFAULT_MODULE_ID] = {
+            Columns.OBS: prompt_ids,
+            PROMPT_MASK: prompt_mask,
+            Columns.ACTIONS: response_ids,
+            RESPONSE_MASK: response_mask,
+            LOSS_MASK: loss_mask,
+        }
+        return batch
+
+
+class GroupAdvantages(ConnectorV2):
+    """Group-normalised advantage of each response (DAPO §1), broadcast over its tokens.
+
+    The score is the episode's reward: the verifier's score plus the soft overlong penalty,
+    both added by the env runner.
+    """
+
+    def __init__(self, *args, norm_by_std: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.norm_by_std = norm_by_std
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
+        scores = torch.tensor([ep.get_return() for ep in episodes], dtype=torch.float32)
+        group_ids = torch.tensor([int(episode_value(ep, GROUP_ID)) for ep in episodes], dtype=torch.long)
+        advantages = core_algos.compute_group_advantages(scores, group_ids, norm_by_std=self.norm_by_std)
+        response_mask = batch[DEFAULT_MODULE_ID][RESPONSE_MASK]
+        batch[DEFAULT_MODULE_ID][Columns.ADVANTAGES] = advantages.numpy()[:, None] * response_mask
+        return batch
+
+
+class RecomputeOldLogProbs(ConnectorV2):
+    """Log-probs of the sampled tokens under the policy before this training step's updates.
+
+    DAPO (§5) recomputes them with the trainer's model rather than trusting the inference
+    engine's numbers, which differ (kernels, precision). Runs in micro-batches without grad.
+    """
+
+    def __init__(self, *args, micro_batch_size: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.micro_batch_size = micro_batch_size
+
+    def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
+        module = rl_module[DEFAULT_MODULE_ID]
+        module = module.unwrapped() if hasattr(module, "unwrapped") else module
+        data = batch[DEFAULT_MODULE_ID]
+        n = data[Columns.OBS].shape[0]
+        columns = (Columns.OBS, PROMPT_MASK, Columns.ACTIONS, RESPONSE_MASK)
+        chunks = []
+        start_time = time.perf_counter()
+        with torch.no_grad():
+            for start in range(0, n, self.micro_batch_size):
+                piece = {c: data[c][start : start + self.micro_batch_size] for c in columns}
+                chunks.append(module._forward(piece)[LOGP])
+        data[OLD_LOGP] = torch.cat(chunks, dim=0)
+        if metrics is not None:
+            metrics.log_value(OLD_LOGP_TIME_KEY, time.perf_counter() - start_time, window=1)
+        return batch

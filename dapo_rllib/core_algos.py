@@ -1,0 +1,599 @@
+"""The DAPO math as pure functions: tensors in, tensors out.
+
+Nothing here knows about Ray, vLLM or trainer state, so every function can be
+checked against the paper (Yu et al., 2025, "DAPO: An Open-Source LLM
+Reinforcement Learning System at Scale", arXiv 2503.14476) and tested on small
+hand-made tensors. The paper's techniques are named by its section titles;
+``§`` numbers point to the project's design notes, ``DAPO.md``.
+
+Notation: ``G`` responses ``o_1..o_G`` per prompt, reward ``R_i`` per response,
+``r_{i,t} = pi_theta(o_{i,t} | ...) / pi_old(o_{i,t} | ...)`` per token.
+
+=================================  ==============================================
+function                           paper
+=================================  ==============================================
+``compute_group_advantages``       GRPO advantage (§1), used unchanged by DAPO:
+                                   ``A_i = (R_i - mean_g R) / (std_g R + eps)``,
+                                   the same for every token of ``o_i``.
+``compute_policy_loss``            per-token term of the DAPO objective with
+                                   Clip-Higher (§2.1):
+                                   ``-min(r A, clip(r, 1-eps_low, 1+eps_high) A)``
+                                   plus verl's dual clip for ``A < 0``.
+``agg_loss``                       Token-Level Policy Gradient Loss (§2.3):
+                                   ``sum_{i,t} l_{i,t} / sum_i |o_i|``
+                                   ("token-mean"), and the GRPO / Dr. GRPO
+                                   alternatives for ablations.
+``filter_groups``                  Dynamic Sampling (§2.2): keep a prompt only if
+                                   ``0 < |{o_i correct}| < G``, i.e. its group's
+                                   metric has a non-zero spread.
+``overlong_penalty``               Soft Overlong Punishment, part of Overlong
+                                   Reward Shaping (§2.4): ``R_length``.
+``kl_penalty``                     the KL term DAPO removes (beta = 0, §1); kept
+                                   for GRPO baselines.
+``masked_mean``,                   helpers for the learner's metrics (entropy is
+``entropy_from_logits``            the quantity whose collapse Clip-Higher
+                                   prevents).
+=================================  ==============================================
+
+Masks are 0/1 (bool or any numeric dtype) with the shape of the values they
+mask. Masked positions are dropped with ``masked_fill`` rather than multiplied
+by zero, so a non-finite value at a padding position (``0 * inf = nan``) can
+never leak into a loss or a metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "KL_PENALTY_KINDS",
+    "LOSS_AGG_MODES",
+    "agg_loss",
+    "compute_group_advantages",
+    "compute_policy_loss",
+    "entropy_from_logits",
+    "filter_groups",
+    "kl_penalty",
+    "masked_mean",
+    "overlong_penalty",
+]
+
+# A count or normaliser: a Python number, or a 0-dim tensor (for instance a
+# token count all-reduced across learners).
+Count = int | float | torch.Tensor
+GroupIds = torch.Tensor | np.ndarray | Sequence[Hashable]
+
+# Log-ratios are clamped to [-20, 20] before exp: unclamped, exp overflows
+# float32 to inf from ~88 on, and inf times a zero advantage (or a zero
+# upstream gradient) is nan. exp(20) ~ 4.9e8 is far past any clip bound, so the
+# clamp only reaches tokens the clip (for A < 0: the dual clip) has already cut
+# off; without the dual clip such a token's loss stops growing at |A| * e^20.
+_MAX_LOG_RATIO = 20.0
+
+
+def _check_positive(name: str, value: Count | None) -> None:
+    """Reject a non-positive Python number; tensors pass unchecked so that
+    validating them does not force a host-device sync."""
+    if value is not None and not isinstance(value, torch.Tensor) and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def _check_same_shape(**tensors: torch.Tensor) -> None:
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    if len(set(shapes.values())) > 1:
+        described = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
+        raise ValueError(f"shapes must match, got {described}")
+
+
+# --------------------------------------------------------------------------
+# Masked reductions
+# --------------------------------------------------------------------------
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over the positions where ``mask`` is 1.
+
+    Args:
+        x: any shape.
+        mask: 0/1, same shape as ``x``.
+        dim: reduce over this dimension only; ``None`` reduces over all.
+
+    Returns:
+        0-dim tensor when ``dim`` is None, else ``x`` with ``dim`` removed.
+        A slice with no unmasked position gives 0, not nan.
+    """
+    keep = mask.bool()
+    total = x.masked_fill(~keep, 0).sum(dim=dim)
+    count = keep.sum(dim=dim)
+    return total / count.clamp_min(1)
+
+
+# --------------------------------------------------------------------------
+# Loss aggregation (§2.3, Token-Level Policy Gradient Loss).
+# One registry; `agg_loss` is the only entry point.
+# --------------------------------------------------------------------------
+
+
+def _mean_over_sequences(
+    per_seq: torch.Tensor, tokens_per_seq: torch.Tensor, num_seqs: Count | None
+) -> torch.Tensor:
+    """``sum(per_seq) / num_seqs``; ``num_seqs`` defaults to the number of
+    sequences with at least one unmasked token (the others hold 0 in
+    ``per_seq``)."""
+    if num_seqs is None:
+        num_seqs = (tokens_per_seq > 0).sum().clamp_min(1)
+    return per_seq.sum() / num_seqs
+
+
+def _token_mean(masked_loss, keep, *, num_tokens, num_seqs, loss_scale_factor):
+    # DAPO: every token of every response weighs the same, whatever the
+    # length of the response it belongs to.
+    if num_tokens is None:
+        num_tokens = keep.sum().clamp_min(1)
+    return masked_loss.sum() / num_tokens
+
+
+def _seq_mean_token_mean(masked_loss, keep, *, num_tokens, num_seqs, loss_scale_factor):
+    # GRPO: 1/G sum_i 1/|o_i| sum_t, so a long response's tokens weigh less.
+    tokens_per_seq = keep.sum(dim=-1)
+    per_seq = masked_loss.sum(dim=-1) / tokens_per_seq.clamp_min(1)
+    return _mean_over_sequences(per_seq, tokens_per_seq, num_seqs)
+
+
+def _seq_mean_token_sum(masked_loss, keep, *, num_tokens, num_seqs, loss_scale_factor):
+    tokens_per_seq = keep.sum(dim=-1)
+    return _mean_over_sequences(masked_loss.sum(dim=-1), tokens_per_seq, num_seqs)
+
+
+def _seq_mean_token_sum_norm(masked_loss, keep, *, num_tokens, num_seqs, loss_scale_factor):
+    # Dr. GRPO: replace 1/|o_i| by one constant (the maximum response length)
+    # so that no response is re-weighted by its own length. verl sums (rather
+    # than averages) the sequences here; that differs by the constant number of
+    # sequences, i.e. only in the learning-rate scale.
+    if loss_scale_factor is None:
+        loss_scale_factor = keep.shape[-1]
+    tokens_per_seq = keep.sum(dim=-1)
+    per_seq = masked_loss.sum(dim=-1) / loss_scale_factor
+    return _mean_over_sequences(per_seq, tokens_per_seq, num_seqs)
+
+
+_AGG_FNS: dict[str, Callable[..., torch.Tensor]] = {
+    "token-mean": _token_mean,
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum": _seq_mean_token_sum,
+    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
+}
+LOSS_AGG_MODES: tuple[str, ...] = tuple(_AGG_FNS)
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    *,
+    num_tokens: Count | None = None,
+    num_seqs: Count | None = None,
+    loss_scale_factor: Count | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss to a scalar.
+
+    Modes (verl's names):
+
+    - ``"token-mean"`` (DAPO): ``sum(loss * mask) / num_tokens``.
+    - ``"seq-mean-token-mean"`` (GRPO): mean over sequences of each
+      sequence's token mean.
+    - ``"seq-mean-token-sum"``: mean over sequences of each sequence's token
+      sum.
+    - ``"seq-mean-token-sum-norm"`` (Dr. GRPO): mean over sequences of
+      ``token sum / loss_scale_factor``.
+
+    The denominators default to what this call sees: ``num_tokens`` to the
+    number of unmasked tokens, ``num_seqs`` to the number of sequences with at
+    least one unmasked token, ``loss_scale_factor`` to ``loss_mask.shape[-1]``
+    (pass the maximum response length so it stays constant over training).
+    When one mini-batch is split into pieces (gradient accumulation,
+    data-parallel learners), pass the whole mini-batch's ``num_tokens`` /
+    ``num_seqs`` to every piece and sum the pieces' losses (or gradients): the
+    result is then exactly the mini-batch's loss, never a mean of per-piece
+    means (DAPO.md §8). Where gradients are averaged across learners (as
+    DistributedDataParallel does), scale each learner's loss by the number of
+    learners to turn that average back into the sum. Overrides a mode does not
+    use are ignored.
+
+    Args:
+        loss_mat: [batch, time] per-token loss.
+        loss_mask: [batch, time], 0/1; count it *after* any masking (e.g. of
+            truncated responses), since that is what the loss sums over.
+        loss_agg_mode: one of ``LOSS_AGG_MODES``.
+        num_tokens, num_seqs, loss_scale_factor: > 0; see above.
+
+    Returns:
+        0-dim tensor. Sequences whose mask is all 0 contribute nothing.
+    """
+    try:
+        agg_fn = _AGG_FNS[loss_agg_mode]
+    except KeyError:
+        raise ValueError(
+            f"unknown loss_agg_mode {loss_agg_mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}"
+        ) from None
+    _check_same_shape(loss_mat=loss_mat, loss_mask=loss_mask)
+    _check_positive("num_tokens", num_tokens)
+    _check_positive("num_seqs", num_seqs)
+    _check_positive("loss_scale_factor", loss_scale_factor)
+    keep = loss_mask.bool()
+    return agg_fn(
+        loss_mat.masked_fill(~keep, 0),
+        keep,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+        loss_scale_factor=loss_scale_factor,
+    )
+
+
+# --------------------------------------------------------------------------
+# Policy loss (§2.1, Clip-Higher)
+# --------------------------------------------------------------------------
+
+
+def compute_policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.28,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    num_tokens: Count | None = None,
+    num_seqs: Count | None = None,
+    loss_scale_factor: Count | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped surrogate loss with decoupled clip bounds (Clip-Higher).
+
+    Per token, with ``r = exp(log_probs - old_log_probs)``::
+
+        l = max(-A * r, -A * clip(r, 1 - clip_eps_low, 1 + clip_eps_high))
+
+    which is the negative of the paper's ``min(r A, clip(r, ...) A)``. With
+    ``clip_eps_high > clip_eps_low`` a token with ``A > 0`` may raise its
+    probability further before its gradient is cut, which keeps rare
+    "exploration" tokens alive and prevents entropy collapse. If
+    ``clip_ratio_c`` is set, tokens with ``A < 0`` are also bounded by the dual
+    clip ``l = min(l, -A * c)``: without it a negative-advantage token whose
+    ratio has exploded contributes an unbounded loss.
+
+    Args:
+        log_probs: [batch, time] log pi_theta of the sampled tokens (carries
+            the gradient).
+        old_log_probs: [batch, time] log pi_old of the same tokens.
+        advantages: [batch, time] per-token advantage (the sequence's ``A_i``
+            repeated over its tokens).
+        response_mask: [batch, time] 0/1, 1 on response tokens that count.
+        clip_eps_low, clip_eps_high: the clip range is
+            ``[1 - clip_eps_low, 1 + clip_eps_high]``; DAPO uses 0.2 and 0.28.
+        clip_ratio_c: dual-clip constant ``c > 1`` (DAPO scripts: 10), or
+            None for no dual clip.
+        loss_agg_mode, num_tokens, num_seqs, loss_scale_factor: passed to
+            ``agg_loss``.
+
+    Returns:
+        ``(loss, metrics)``: ``loss`` is a 0-dim tensor; ``metrics`` maps
+        names to detached 0-dim tensors, each a mean over unmasked tokens:
+
+        - ``pg_clipfrac_low``: fraction with ``A < 0`` and ``r < 1 - eps_low``.
+        - ``pg_clipfrac_high``: fraction with ``A > 0`` and ``r > 1 + eps_high``.
+        - ``pg_clipfrac_dual``: fraction with ``A < 0`` and ``r > c`` (where the
+          dual clip binds; 0 when it is off).
+        - ``ppo_kl``: mean of ``old_log_probs - log_probs``.
+        - ``ratio_mean``: mean of ``r``.
+    """
+    _check_same_shape(
+        log_probs=log_probs,
+        old_log_probs=old_log_probs,
+        advantages=advantages,
+        response_mask=response_mask,
+    )
+    if not 0 <= clip_eps_low < 1:
+        raise ValueError(f"clip_eps_low must be in [0, 1), got {clip_eps_low}")
+    if clip_eps_high < 0:
+        raise ValueError(f"clip_eps_high must be >= 0, got {clip_eps_high}")
+    if clip_ratio_c is not None and clip_ratio_c <= 1:
+        raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
+
+    log_ratio = log_probs - old_log_probs
+    ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - clip_eps_low, 1 + clip_eps_high)
+    # max of the two losses = min of the two objectives: the pessimistic bound.
+    token_loss = torch.maximum(unclipped, clipped)
+    negative = advantages < 0
+    if clip_ratio_c is not None:
+        token_loss = torch.where(
+            negative, torch.minimum(token_loss, -advantages * clip_ratio_c), token_loss
+        )
+
+    loss = agg_loss(
+        token_loss,
+        response_mask,
+        loss_agg_mode,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+        loss_scale_factor=loss_scale_factor,
+    )
+
+    with torch.no_grad():
+        ratio = ratio.detach()
+        clipped_low = negative & (ratio < 1 - clip_eps_low)
+        clipped_high = (advantages > 0) & (ratio > 1 + clip_eps_high)
+        # For A < 0, -A*c < l exactly when r > c: c > 1 > 1 - eps_low, so the
+        # lower clip can never be the binding term there.
+        if clip_ratio_c is None:
+            clipped_dual = torch.zeros_like(clipped_low)
+        else:
+            clipped_dual = negative & (ratio > clip_ratio_c)
+        metrics = {
+            "pg_clipfrac_low": masked_mean(clipped_low.to(ratio.dtype), response_mask),
+            "pg_clipfrac_high": masked_mean(clipped_high.to(ratio.dtype), response_mask),
+            "pg_clipfrac_dual": masked_mean(clipped_dual.to(ratio.dtype), response_mask),
+            "ppo_kl": masked_mean(-log_ratio.detach(), response_mask),
+            "ratio_mean": masked_mean(ratio, response_mask),
+        }
+    return loss, metrics
+
+
+# --------------------------------------------------------------------------
+# Groups: advantages (§1) and the Dynamic Sampling filter (§2.2)
+# --------------------------------------------------------------------------
+
+
+def _group_index(
+    group_ids: GroupIds, values: torch.Tensor, values_name: str
+) -> tuple[torch.Tensor, int]:
+    """Map arbitrary group ids to ``0..num_groups-1``.
+
+    Returns ``(inverse, num_groups)``: ``inverse`` is a [n] long tensor on the
+    device of ``values`` with ``inverse[k]`` the group of element ``k``.
+    """
+    if isinstance(group_ids, torch.Tensor):
+        ids_shape = tuple(group_ids.shape)
+    elif isinstance(group_ids, np.ndarray):
+        ids_shape = group_ids.shape
+    else:
+        ids_shape = (len(group_ids),)
+    if values.dim() != 1 or ids_shape != tuple(values.shape):
+        raise ValueError(
+            f"{values_name} has shape {tuple(values.shape)} and group_ids has "
+            f"shape {ids_shape}; both must be 1-D of the same length"
+        )
+    if isinstance(group_ids, torch.Tensor):
+        uniques, inverse = torch.unique(group_ids, return_inverse=True)
+        return inverse.to(values.device), len(uniques)
+    index_of: dict[Hashable, int] = {}
+    inverse = [index_of.setdefault(g, len(index_of)) for g in group_ids]
+    return torch.tensor(inverse, dtype=torch.long, device=values.device), len(index_of)
+
+
+def _group_moments(
+    values: torch.Tensor, inverse: torch.Tensor, num_groups: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group: member count, mean and sum of squared deviations from the
+    mean (two passes, so equal members give exactly 0, not a cancellation
+    residue). All [num_groups]."""
+    counts = torch.bincount(inverse, minlength=num_groups).to(values.dtype)
+    sums = values.new_zeros(num_groups).index_add_(0, inverse, values)
+    means = sums / counts
+    deviations = values - means[inverse]
+    sq_dev = values.new_zeros(num_groups).index_add_(0, inverse, deviations**2)
+    return counts, means, sq_dev
+
+
+def compute_group_advantages(
+    scores: torch.Tensor,
+    group_ids: GroupIds,
+    *,
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> torch.Tensor:
+    """Group-relative advantage of each response (GRPO, kept by DAPO).
+
+    ``A_i = (R_i - mean_g) / (std_g + eps)`` over the responses of the same
+    prompt, with the unbiased std (N - 1), as verl. A group of one member gets
+    ``mean_g = 0, std_g = 1`` (verl's convention), i.e. ``A = R / (1 + eps)``.
+    ``norm_by_std=False`` gives ``R_i - mean_g`` (Dr. GRPO), where a single
+    member keeps ``A = R``. A group whose scores are all equal gets zeros.
+
+    Args:
+        scores: [n] float, one reward per response.
+        group_ids: [n] group of each response: an integer tensor or any 1-D
+            sequence / numpy array of hashable values. Groups need not be
+            contiguous.
+        eps: added to the std to keep the division finite.
+        norm_by_std: divide by ``std_g + eps``.
+
+    Returns:
+        [n] advantages, dtype of ``scores`` (float32 for integer scores),
+        one per response; broadcast them over the response's tokens.
+    """
+    inverse, num_groups = _group_index(group_ids, scores, "scores")
+    out_dtype = scores.dtype if scores.is_floating_point() else torch.get_default_dtype()
+    # float64 so that the deviations of near-equal float32 scores, divided by
+    # eps = 1e-6, do not turn rounding residue into visible advantages.
+    values = scores.to(torch.float64)
+    counts, means, sq_dev = _group_moments(values, inverse, num_groups)
+    single = counts == 1
+    means = torch.where(single, 0.0, means)
+    advantages = values - means[inverse]
+    if norm_by_std:
+        stds = torch.where(single, 1.0, (sq_dev / (counts - 1).clamp_min(1)).sqrt())
+        advantages = advantages / (stds[inverse] + eps)
+    return advantages.to(out_dtype)
+
+
+def filter_groups(
+    metric_values: torch.Tensor | Sequence[float] | np.ndarray,
+    group_ids: GroupIds,
+    *,
+    tol: float = 1e-6,
+) -> torch.Tensor:
+    """Dynamic-sampling filter: which responses belong to informative groups.
+
+    A group is kept when the population std (ddof=0, like ``np.std``) of its
+    metric exceeds ``tol``, or when it has exactly one member (verl keeps
+    those). With a 0/1 accuracy metric this is the paper's
+    ``0 < |{correct}| < G``; all-correct and all-wrong groups have zero
+    advantage and give no gradient. The spread, not the mean, is tested, and
+    ``tol`` makes values that differ only by rounding (``0.1 + 0.2`` vs
+    ``0.3``) count as equal.
+
+    Args:
+        metric_values: [n] per-response metric ("acc", "score", ...).
+        group_ids: [n], as in ``compute_group_advantages``.
+        tol: spreads at or below this count as zero.
+
+    Returns:
+        [n] bool tensor, True for responses of kept groups.
+    """
+    values = torch.as_tensor(metric_values, dtype=torch.float64)
+    inverse, num_groups = _group_index(group_ids, values, "metric_values")
+    counts, _, sq_dev = _group_moments(values, inverse, num_groups)
+    population_std = (sq_dev / counts).sqrt()
+    keep_group = (population_std > tol) | (counts == 1)
+    return keep_group[inverse]
+
+
+# --------------------------------------------------------------------------
+# Soft overlong punishment (§2.4)
+# --------------------------------------------------------------------------
+
+
+def overlong_penalty(
+    response_lengths: torch.Tensor | Sequence[int] | np.ndarray,
+    *,
+    max_response_length: int,
+    overlong_buffer_len: int,
+    penalty_factor: float = 1.0,
+) -> torch.Tensor:
+    """Length penalty added to the correctness reward (``R_length``).
+
+    With ``L_max = max_response_length`` and ``L_cache = overlong_buffer_len``::
+
+        0                                    if |y| <= L_max - L_cache
+        ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
+        -1                                   if |y| > L_max
+
+    times ``penalty_factor``. The penalty grows linearly over the last
+    ``L_cache`` tokens, so a response is told it is getting too long before it
+    is cut, instead of receiving a noisy correctness reward for a truncated
+    answer. ``overlong_buffer_len = 0`` turns the punishment off (all zeros).
+
+    Args:
+        response_lengths: [n] response lengths in tokens.
+        max_response_length: ``L_max`` > 0.
+        overlong_buffer_len: ``L_cache`` in ``[0, L_max]``.
+        penalty_factor: >= 0 scale (1.0 in DAPO).
+
+    Returns:
+        [n] float tensor (default dtype) of penalties in
+        ``[-penalty_factor, 0]``.
+    """
+    if max_response_length <= 0:
+        raise ValueError(f"max_response_length must be > 0, got {max_response_length}")
+    if not 0 <= overlong_buffer_len <= max_response_length:
+        raise ValueError(
+            f"overlong_buffer_len must be in [0, max_response_length={max_response_length}], "
+            f"got {overlong_buffer_len}"
+        )
+    if penalty_factor < 0:
+        raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
+    lengths = torch.as_tensor(response_lengths).to(torch.get_default_dtype())
+    if overlong_buffer_len == 0:
+        return torch.zeros_like(lengths)
+    # Tokens past the free budget, capped at L_cache so anything longer than
+    # L_max gets exactly -1.
+    excess = (lengths - (max_response_length - overlong_buffer_len)).clamp(0, overlong_buffer_len)
+    return -excess / overlong_buffer_len * penalty_factor
+
+
+# --------------------------------------------------------------------------
+# Learner helpers
+# --------------------------------------------------------------------------
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` at each position.
+
+    ``H = -sum_v p_v log p_v = logsumexp(z) - sum_v p_v z_v``: this form never
+    takes the log of a probability that underflowed to 0. Computed in the dtype
+    of ``logits``; upcast bf16 logits first if the precision matters.
+
+    Args:
+        logits: [..., vocab], finite.
+
+    Returns:
+        [...] entropies in nats.
+    """
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def _kl_k1(log_ratio: torch.Tensor) -> torch.Tensor:
+    return log_ratio
+
+
+def _kl_abs(log_ratio: torch.Tensor) -> torch.Tensor:
+    return log_ratio.abs()
+
+
+def _kl_k2(log_ratio: torch.Tensor) -> torch.Tensor:
+    return 0.5 * log_ratio.square()
+
+
+def _kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    # k3 = exp(x) - x - 1 with x = ref - logp: unbiased, always >= 0, lower
+    # variance than k1 (Schulman, "Approximating KL divergence"). The exponent
+    # is clamped for the same overflow reason as the policy ratio; the result
+    # is capped at 10 like verl (whose [-10, 10] clamp has no effect below,
+    # since k3 >= 0).
+    x = (-log_ratio).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return (torch.exp(x) - x - 1).clamp(max=10.0)
+
+
+_KL_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "kl": _kl_k1,
+    "abs": _kl_abs,
+    "mse": _kl_k2,
+    "low_var_kl": _kl_k3,
+}
+KL_PENALTY_KINDS: tuple[str, ...] = tuple(_KL_FNS)
+
+
+def kl_penalty(
+    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str = "low_var_kl"
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi_theta || pi_ref) from sampled tokens.
+
+    DAPO drops the KL term (beta = 0); this exists for GRPO baselines. Kinds:
+    ``"kl"`` (k1: ``logp - ref``), ``"abs"`` (``|logp - ref|``), ``"mse"``
+    (k2: ``0.5 (logp - ref)^2``), ``"low_var_kl"`` (k3:
+    ``exp(ref - logp) - (ref - logp) - 1``, capped at 10).
+
+    Args:
+        log_probs: [batch, time] log pi_theta of the sampled tokens.
+        ref_log_probs: [batch, time] log pi_ref of the same tokens.
+        kind: one of ``KL_PENALTY_KINDS``.
+
+    Returns:
+        [batch, time] per-token penalty; aggregate it with ``agg_loss``.
+    """
+    try:
+        kl_fn = _KL_FNS[kind]
+    except KeyError:
+        raise ValueError(
+            f"unknown kl_penalty kind {kind!r}; valid kinds: {', '.join(KL_PENALTY_KINDS)}"
+        ) from None
+    _check_same_shape(log_probs=log_probs, ref_log_probs=ref_log_probs)
+    return kl_fn(log_probs - ref_log_probs)

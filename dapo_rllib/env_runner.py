@@ -1,0 +1,296 @@
+"""VLLMEnvRunner: an RLlib EnvRunner that samples groups of completions with a vLLM engine.
+
+One `sample(num_prompts=n)` call draws n prompts from the environment, asks vLLM for
+`group_size` completions of each in one batched `generate`, scores every completion by
+stepping the environment once (each completion is its own one-step episode), adds the soft
+overlong penalty, and returns the episodes. Token ids travel exactly as vLLM sampled them;
+text is decoded only for the scorer.
+
+`set_state` pushes new weights into the running engine (`reload_weights` through
+`collective_rpc`, no restart). This follows the pattern of RLlib's
+`EnvRunnerServerForExternalInference`: an EnvRunner + Checkpointable without an RLModule of its
+own, holding only the sampler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env import INPUT_ENV_SPACES
+from ray.rllib.env.env_context import EnvContext
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.metrics import (
+    EPISODE_RETURN_MEAN,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    WEIGHTS_SEQ_NO,
+)
+from ray.tune.registry import ENV_CREATOR, _global_registry
+
+from dapo_rllib import core_algos
+from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, TRUNCATED
+
+logger = logging.getLogger(__name__)
+
+# Keys of `get_metrics()`; the algorithm reads them to filter, log and time.
+GENERATION_TIME = "generation_time_s"
+SCORING_TIME = "scoring_time_s"
+WEIGHT_LOAD_TIME = "weight_load_time_s"
+GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
+PROMPTS_TRUNCATED = "prompts_left_truncated"
+
+
+def make_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> gym.Env:
+    """Build the environment named in `config.environment(...)`: a registered name or a class."""
+    ctx = EnvContext(env_config or {}, worker_index=worker_index, num_workers=num_workers)
+    if isinstance(env_spec, str) and _global_registry.contains(ENV_CREATOR, env_spec):
+        return _global_registry.get(ENV_CREATOR, env_spec)(ctx)
+    if isinstance(env_spec, type) and issubclass(env_spec, gym.Env):
+        return env_spec(ctx)
+    raise ValueError(
+        f"environment {env_spec!r} is neither a name registered with ray.tune.register_env nor a "
+        "gymnasium.Env subclass; `import dapo_rllib` registers 'dapo_math'"
+    )
+
+
+def build_vllm_engine(config, seed: int):
+    """An in-process vLLM engine for `config.model_path` (CPU build here, CUDA build on GPUs)."""
+    # Must be set before vllm is imported: keeps the engine inside this actor's process, and
+    # gives the CPU backend a KV cache that fits next to the learner.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM
+
+    kwargs = dict(
+        model=str(config.model_path),
+        dtype=config.model_dtype,
+        seed=seed,
+        max_model_len=config.max_prompt_length + config.max_response_length,
+        enforce_eager=not torch.cuda.is_available(),
+        gpu_memory_utilization=0.5 if torch.cuda.is_available() else 0.1,
+    )
+    kwargs.update(config.vllm_engine_kwargs)
+    return LLM(**kwargs)
+
+
+class VLLMEnvRunner(EnvRunner, Checkpointable):
+    """Samples `group_size` completions per prompt with vLLM and returns one-step episodes."""
+
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        from transformers import AutoTokenizer
+
+        self.worker_index = self.worker_index or 0
+        self.env = make_env(self.config.env, self.config.env_config, self.worker_index, self.num_workers)
+        self._eval_env = None
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.config.model_path))
+        self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
+        self._weights_seq_no = 0
+        self._num_groups = 0
+        self._num_env_steps_lifetime = 0
+
+    # ----- spaces, health, lifecycle --------------------------------------------------------
+    def get_spaces(self):
+        vocab = len(self.tokenizer)
+        obs = gym.spaces.Box(0, vocab - 1, (self.config.max_prompt_length,), np.int64)
+        act = gym.spaces.Box(0, vocab - 1, (self.config.max_response_length,), np.int64)
+        return {
+            INPUT_ENV_SPACES: (self.env.observation_space, self.env.action_space),
+            DEFAULT_MODULE_ID: (obs, act),
+        }
+
+    def assert_healthy(self):
+        assert self.llm is not None and self.env is not None, "VLLMEnvRunner has no engine or env"
+
+    def stop(self):
+        self.llm = None
+
+    # ----- sampling ------------------------------------------------------------------------
+    def _prompt_ids(self, messages) -> list[int]:
+        """Chat-template the prompt; left-truncate to max_prompt_length (DAPO keeps the end)."""
+        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, return_dict=False)
+        limit = self.config.max_prompt_length
+        if len(ids) > limit:
+            self.metrics.log_value(PROMPTS_TRUNCATED, 1, reduce="sum")
+            ids = ids[-limit:]
+        return list(ids)
+
+    def _sampling_params(self, *, n: int, explore: bool):
+        from vllm import SamplingParams
+
+        cfg = self.config
+        return SamplingParams(
+            n=n,
+            temperature=cfg.temperature if explore else cfg.eval_temperature,
+            top_p=cfg.top_p if explore else cfg.eval_top_p,
+            max_tokens=cfg.max_response_length,
+        )
+
+    def _generate(self, prompt_ids: list[list[int]], params):
+        from vllm.inputs import TokensPrompt
+
+        start = time.perf_counter()
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params, use_tqdm=False)
+        elapsed = time.perf_counter() - start
+        num_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+        self.metrics.log_value(GENERATION_TIME, elapsed, reduce="sum")
+        self.metrics.log_value(GENERATION_TOKENS_PER_S, num_tokens / max(elapsed, 1e-9), window=1)
+        return outputs
+
+    def _score(self, env, problem_index: int, completion) -> tuple[float, dict]:
+        env.reset(options={"problem_index": problem_index})
+        _, reward, _, _, info = env.step(completion.text)
+        return float(reward), info
+
+    def sample(self, *, num_prompts: int | None = None, explore: bool = True, **kwargs) -> list[SingleAgentEpisode]:
+        """Sample `num_prompts` groups of `group_size` one-step episodes."""
+        cfg = self.config
+        num_prompts = num_prompts or cfg.gen_batch_size_prompts
+        problems = [self.env.reset() for _ in range(num_prompts)]
+        prompt_ids = [self._prompt_ids(obs) for obs, _ in problems]
+        outputs = self._generate(prompt_ids, self._sampling_params(n=cfg.group_size, explore=explore))
+
+        start = time.perf_counter()
+        episodes = []
+        for (_, info), ids, out in zip(problems, prompt_ids, outputs):
+            group_id = (self.worker_index << 40) + self._num_groups
+            self._num_groups += 1
+            for completion in out.outputs:
+                episodes.append(self._episode(ids, completion, group_id, *self._score(self.env, info["problem_index"], completion)))
+        self.metrics.log_value(SCORING_TIME, time.perf_counter() - start, reduce="sum")
+
+        self._num_env_steps_lifetime += len(episodes)
+        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED, len(episodes), reduce="sum")
+        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, len(episodes), reduce="lifetime_sum")
+        self.metrics.log_value(NUM_EPISODES, len(episodes), reduce="sum")
+        self.metrics.log_value(NUM_EPISODES_LIFETIME, len(episodes), reduce="lifetime_sum")
+        self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
+        return episodes
+
+    def _episode(self, prompt_ids, completion, group_id: int, score: float, info: dict) -> SingleAgentEpisode:
+        cfg = self.config
+        response = np.asarray(completion.token_ids, dtype=np.int64)
+        truncated = completion.finish_reason == "length"
+        penalty = 0.0
+        if cfg.overlong_buffer_len > 0:
+            penalty = float(
+                core_algos.overlong_penalty(
+                    torch.tensor([len(response)]),
+                    max_response_length=cfg.max_response_length,
+                    overlong_buffer_len=cfg.overlong_buffer_len,
+                    penalty_factor=cfg.overlong_penalty_factor,
+                )[0]
+            )
+        prompt = np.asarray(prompt_ids, dtype=np.int64)
+        ep = SingleAgentEpisode(observation_space=None, action_space=None)
+        ep.add_env_reset(observation=prompt, infos={"ground_truth": info["ground_truth"]})
+        ep.add_env_step(
+            observation=prompt,
+            action=response,
+            reward=score + penalty,
+            infos=info,
+            terminated=True,
+            extra_model_outputs={
+                GROUP_ID: group_id,
+                SCORE: score,
+                ACC: float(info["acc"]),
+                TRUNCATED: truncated,
+                "overlong_penalty": penalty,
+                WEIGHTS_SEQ_NO: self._weights_seq_no,
+            },
+        )
+        return ep.to_numpy()
+
+    # ----- evaluation on the held-out split ---------------------------------------------
+    def _evaluation_env(self) -> gym.Env:
+        """The env of the evaluation config (`config.evaluation(evaluation_config=...)`)."""
+        if self.config.in_evaluation:
+            return self.env
+        if self._eval_env is None:
+            eval_cfg = self.config.get_evaluation_config_object()
+            self._eval_env = make_env(eval_cfg.env, eval_cfg.env_config, self.worker_index, self.num_workers)
+        return self._eval_env
+
+    def evaluate(self, *, num_samples: int, max_problems: int | None = None) -> dict[str, Any]:
+        """avg@num_samples over this runner's shard of the evaluation problems.
+
+        Problems are split round-robin over the runners (worker_index 1..n; a local runner
+        takes them all), each problem scored `num_samples` times with the evaluation
+        sampling settings. Returns per-problem accuracies so the caller can average exactly.
+        """
+        env = self._evaluation_env()
+        count = env.num_problems if max_problems is None else min(max_problems, env.num_problems)
+        shards = max(self.num_workers, 1)
+        mine = [i for i in range(count) if i % shards == max(self.worker_index - 1, 0)]
+        prompts = [self._prompt_ids(env.problem(i).messages) for i in mine]
+        outputs = self._generate(prompts, self._sampling_params(n=num_samples, explore=False))
+        per_problem, lengths = [], []
+        for i, out in zip(mine, outputs):
+            accs = [self._score(env, i, c)[1]["acc"] for c in out.outputs]
+            per_problem.append(float(np.mean(accs)))
+            lengths.extend(len(c.token_ids) for c in out.outputs)
+        return {"problem_indices": mine, "acc_per_problem": per_problem, "response_lengths": lengths}
+
+    # ----- weights and state -------------------------------------------------------------
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        """Load Hugging Face-named weights into the running engine in one batched call."""
+        start = time.perf_counter()
+        weights = [(name, torch.as_tensor(value)) for name, value in state_dict.items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        # Cached prefixes were computed with the old weights.
+        self.llm.reset_prefix_cache()
+        self.metrics.log_value(WEIGHT_LOAD_TIME, time.perf_counter() - start, reduce="sum")
+
+    def engine_parameters(self, names: list[str]) -> dict[str, np.ndarray]:
+        """Copies of the named parameters as the engine holds them (for tests and debugging)."""
+
+        def read(worker, wanted=tuple(names)):
+            params = dict(worker.model_runner.model.named_parameters())
+            return {n: params[n].detach().float().cpu().numpy() for n in wanted if n in params}
+
+        return self.llm.collective_rpc(read)[0]
+
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        return {WEIGHTS_SEQ_NO: self._weights_seq_no, "env": self.env.get_state(), "num_groups": self._num_groups}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        seq_no = state.get(WEIGHTS_SEQ_NO, 0)
+        if COMPONENT_RL_MODULE in state and (seq_no == 0 or seq_no > self._weights_seq_no):
+            module_state = state[COMPONENT_RL_MODULE]
+            if not isinstance(module_state, dict):  # an ObjectRef from EnvRunnerGroup.sync_weights
+                import ray
+
+                module_state = ray.get(module_state)
+            module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
+            self.load_weights(hf_weights(module_state))
+        if seq_no > 0:
+            self._weights_seq_no = seq_no
+        if "env" in state:
+            self.env.set_state(state["env"])
+            self._num_groups = state["num_groups"]
+
+    def get_metrics(self):
+        return self.metrics.reduce()
+
+    def get_ctor_args_and_kwargs(self):
+        return ((), {"config": self.config})
+
+    def get_checkpointable_components(self):
+        return []
+
+
+def hf_weights(module_state: dict[str, Any]) -> dict[str, Any]:
+    """RLModule state → Hugging Face parameter names (the module keeps the HF model as `model`)."""
+    prefix = "model."
+    return {k[len(prefix) :]: v for k, v in module_state.items() if k.startswith(prefix)}

@@ -1,0 +1,82 @@
+"""RLModule around a Hugging Face causal LM: the policy the Learner trains.
+
+The env runners do not run this module: they sample with vLLM and only receive its weights
+(`VLLMEnvRunner.set_state`). Here it computes, for a padded batch of (prompt, response) token
+sequences, each response token's log-probability under the policy and the entropy of the
+policy at that position.
+
+Batch layout (built by `connectors.PadTokenBatch`): prompts left-padded to a common width P,
+responses right-padded to R, so every row's response starts at column P. Position ids are
+counted over real tokens only, which makes left padding invisible to the model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from dapo_rllib.core_algos import entropy_from_logits
+
+PROMPT_MASK = "prompt_mask"
+RESPONSE_MASK = "response_mask"
+LOGP = "logp"
+ENTROPY = "entropy"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_causal_lm(model_path: str | Path, dtype: str = "float32"):
+    """Load a Hugging Face causal LM from a local directory, with a clear error if it is not one."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(model_path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model_path={str(model_path)!r} is not a Hugging Face model directory (no config.json "
+            "there). Pass a local directory written by `save_pretrained`, or leave model_path=None "
+            "to use the built-in tiny model."
+        )
+    if dtype not in _DTYPES:
+        raise ValueError(f"model dtype={dtype!r} is not supported; expected one of {sorted(_DTYPES)}")
+    return AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
+
+
+class CausalLMRLModule(TorchRLModule):
+    """Wraps `AutoModelForCausalLM`; `model_config` carries `model_path`, `dtype`, `temperature`.
+
+    `temperature` is the rollout sampling temperature: log-probabilities are those of the
+    distribution vLLM sampled from, softmax(logits / temperature).
+    """
+
+    def setup(self):
+        self.model = load_causal_lm(self.model_config["model_path"], self.model_config.get("dtype", "float32"))
+        self.temperature = float(self.model_config.get("temperature", 1.0))
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """Parameters under their Hugging Face names, as vLLM and `save_pretrained` expect them."""
+        return self.model.state_dict()
+
+    def response_logits(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Logits that predict each response token, [B, R, V], already divided by temperature."""
+        prompt, response = batch[Columns.OBS], batch[Columns.ACTIONS]
+        attention_mask = torch.cat([batch[PROMPT_MASK], batch[RESPONSE_MASK]], dim=1).long()
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        num_response = response.shape[1]
+        # Only the last R+1 positions are needed; the last one predicts past the response.
+        out = self.model(
+            input_ids=torch.cat([prompt, response], dim=1),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=num_response + 1,
+            use_cache=False,
+        )
+        return out.logits[:, :-1].float() / self.temperature
+
+    def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        logits = self.response_logits(batch)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, batch[Columns.ACTIONS].unsqueeze(-1)).squeeze(-1)
+        return {LOGP: logp, ENTROPY: entropy_from_logits(logits)}
