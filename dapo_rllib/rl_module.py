@@ -56,27 +56,27 @@ class CausalLMRLModule(TorchRLModule):
         self.model = load_causal_lm(self.model_config["model_path"], self.model_config.get("dtype", "float32"))
         self.temperature = float(self.model_config.get("temperature", 1.0))
 
-    def hf_state_dict(self) -> dict[str, torch.Tensor]:
-        """Parameters under their Hugging Face names, as vLLM and `save_pretrained` expect them."""
-        return self.model.state_dict()
-
-    def response_logits(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Logits that predict each response token, [B, R, V], already divided by temperature."""
-        prompt, response = batch[Columns.OBS], batch[Columns.ACTIONS]
-        attention_mask = torch.cat([batch[PROMPT_MASK], batch[RESPONSE_MASK]], dim=1).long()
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        num_response = response.shape[1]
-        # Only the last R+1 positions are needed; the last one predicts past the response.
-        out = self.model(
-            input_ids=torch.cat([prompt, response], dim=1),
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            logits_to_keep=num_response + 1,
-            use_cache=False,
-        )
-        return out.logits[:, :-1].float() / self.temperature
-
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
-        logits = self.response_logits(batch)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, batch[Columns.ACTIONS].unsqueeze(-1)).squeeze(-1)
-        return {LOGP: logp, ENTROPY: entropy_from_logits(logits)}
+        return response_logprobs(self.model, batch, self.temperature)
+
+
+def response_logprobs(model, batch: dict[str, Any], temperature: float) -> dict[str, torch.Tensor]:
+    """Per response token: log-prob of the sampled token and entropy, both [B, R].
+
+    Under softmax(logits / temperature), the distribution the sampler drew from.
+    """
+    prompt, response = batch[Columns.OBS], batch[Columns.ACTIONS]
+    attention_mask = torch.cat([batch[PROMPT_MASK], batch[RESPONSE_MASK]], dim=1).long()
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    num_response = response.shape[1]
+    # Only the last R+1 positions are needed; the last one predicts past the response.
+    out = model(
+        input_ids=torch.cat([prompt, response], dim=1),
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        logits_to_keep=num_response + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1].float() / temperature
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
+    return {LOGP: logp, ENTROPY: entropy_from_logits(logits)}

@@ -1,0 +1,430 @@
+"""DAPOConfig and DAPO: the algorithm on RLlib's new API stack.
+
+`DAPO.training_step` reads as the recipe (DAPO.md §2):
+
+    dynamic sampling   generation rounds on the vLLM env runners until enough informative groups
+    update             learner_group.update: connector (advantages, masks, old log-probs) → loss
+    weight sync        learner weights → every env runner's running vLLM engine
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    EVALUATION_RESULTS,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+from dapo_rllib import core_algos
+from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, TRUNCATED, GroupAdvantages, PadTokenBatch, RecomputeOldLogProbs, episode_value
+
+ROLLOUT = "rollout"  # metrics key of the per-step sampling statistics
+FILTER_METRICS = {"acc": ACC, "score": SCORE}
+
+
+class DAPOConfig(AlgorithmConfig):
+    """Configuration of DAPO. Defaults are the reference Qwen2.5-32B run (DAPO.md §5).
+
+    Example:
+        config = (
+            DAPOConfig()
+            .environment("dapo_math", env_config={"dataset": "data/dapo-math-17k.parquet"})
+            .training(model_path="/models/Qwen2.5-32B", group_size=16)
+        )
+        algo = config.build_algo()
+    """
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class or DAPO)
+        from dapo_rllib.env_runner import VLLMEnvRunner
+
+        self.env = "dapo_math"
+        self.env_runner_cls = VLLMEnvRunner
+        # Token sequences are ragged: DAPO's connector pieces build the batch themselves.
+        self.add_default_connectors_to_learner_pipeline = False
+        self.custom_evaluation_function = evaluate_heldout
+        self.evaluation_config = {"env_config": {"split": "test"}}
+
+        # RLlib's own settings, with DAPO's values.
+        self.lr = 1e-6
+        self.grad_clip = 1.0
+        self.grad_clip_by = "global_norm"
+        self.num_epochs = 1
+
+        # Model and sampler.
+        self.model_path = None
+        self.model_dtype = "float32"
+        self.vllm_engine_kwargs = {}
+        self.max_prompt_length = 2048
+        self.max_response_length = 20480
+        self.temperature = 1.0
+        self.top_p = 1.0
+        self.eval_temperature = 1.0
+        self.eval_top_p = 0.7
+        self.eval_num_samples = 32
+        self.eval_max_problems = None
+        # Batches and dynamic sampling.
+        self.group_size = 16
+        self.train_batch_size_prompts = 512
+        self.gen_batch_size_prompts = 1536
+        self.max_num_gen_batches = 10
+        self.dynamic_sampling = True
+        self.filter_metric = "acc"
+        self.train_on_partial_batch = False
+        self.minibatch_size_prompts = 32
+        self.log_prob_micro_batch_size = 64
+        # Loss.
+        self.clip_eps_low = 0.2
+        self.clip_eps_high = 0.28
+        self.clip_ratio_c = 10.0
+        self.loss_agg_mode = "token-mean"
+        self.norm_adv_by_std = True
+        self.kl_coef = 0.0
+        self.kl_penalty = "low_var_kl"
+        # Overlong reward shaping.
+        self.overlong_filtering = False
+        self.overlong_buffer_len = 4096
+        self.overlong_penalty_factor = 1.0
+        # Optimizer.
+        self.lr_warmup_steps = 10
+        self.weight_decay = 0.1
+
+    def training(
+        self,
+        *,
+        model_path: str | None = NotProvided,
+        model_dtype: str = NotProvided,
+        vllm_engine_kwargs: dict = NotProvided,
+        max_prompt_length: int = NotProvided,
+        max_response_length: int = NotProvided,
+        temperature: float = NotProvided,
+        top_p: float = NotProvided,
+        eval_temperature: float = NotProvided,
+        eval_top_p: float = NotProvided,
+        eval_num_samples: int = NotProvided,
+        eval_max_problems: int | None = NotProvided,
+        group_size: int = NotProvided,
+        train_batch_size_prompts: int = NotProvided,
+        gen_batch_size_prompts: int = NotProvided,
+        max_num_gen_batches: int = NotProvided,
+        dynamic_sampling: bool = NotProvided,
+        filter_metric: str = NotProvided,
+        train_on_partial_batch: bool = NotProvided,
+        minibatch_size_prompts: int = NotProvided,
+        log_prob_micro_batch_size: int = NotProvided,
+        clip_eps_low: float = NotProvided,
+        clip_eps_high: float = NotProvided,
+        clip_ratio_c: float | None = NotProvided,
+        loss_agg_mode: str = NotProvided,
+        norm_adv_by_std: bool = NotProvided,
+        kl_coef: float = NotProvided,
+        kl_penalty: str = NotProvided,
+        overlong_filtering: bool = NotProvided,
+        overlong_buffer_len: int = NotProvided,
+        overlong_penalty_factor: float = NotProvided,
+        lr_warmup_steps: int = NotProvided,
+        weight_decay: float = NotProvided,
+        **kwargs,
+    ) -> "DAPOConfig":
+        """Sets DAPO's training settings; other keywords (lr, grad_clip, ...) go to RLlib.
+
+        Args:
+            model_path: Local Hugging Face model directory (e.g. a Qwen2.5 checkpoint). None:
+                the built-in tiny arithmetic model, built on first use.
+            model_dtype: "float32", "bfloat16" or "float16", for the learner and vLLM.
+            vllm_engine_kwargs: Extra `vllm.LLM(...)` arguments (tensor_parallel_size,
+                gpu_memory_utilization, ...); they override the runner's defaults.
+            max_prompt_length: Prompt tokens; longer prompts are left-truncated and counted
+                (`prompts_left_truncated`). Reference 2048.
+            max_response_length: L_max, generation limit in tokens. Reference 20480.
+            temperature, top_p: Rollout sampling. Reference 1.0, 1.0.
+            eval_temperature, eval_top_p: Evaluation sampling. Reference 1.0, 0.7.
+            eval_num_samples: k of avg@k in evaluation. Reference 32.
+            eval_max_problems: Evaluate on at most this many held-out problems (None: all).
+            group_size: G, completions sampled per prompt. Reference 16.
+            train_batch_size_prompts: Prompts (groups) per training step. Reference 512.
+            gen_batch_size_prompts: Prompts per generation round. Reference 1536.
+            max_num_gen_batches: Generation rounds allowed per step before dynamic sampling
+                gives up. Reference 10.
+            dynamic_sampling: Keep only groups whose `filter_metric` varies (DAPO §2.2).
+                Off: one round of `train_batch_size_prompts` prompts, every group kept.
+            filter_metric: "acc" (correctness, reference) or "score" (reward incl. shaping).
+            train_on_partial_batch: When the round cap is hit, train on the groups collected
+                (trimmed to whole mini-batches) instead of raising.
+            minibatch_size_prompts: Prompts per optimizer step. Reference 32 (16 optimizer
+                steps per training step at 512 prompts).
+            log_prob_micro_batch_size: Sequences per forward pass when recomputing old
+                log-probs (memory only; no effect on results).
+            clip_eps_low, clip_eps_high: Decoupled clip range (Clip-Higher). Reference
+                0.2 and 0.28.
+            clip_ratio_c: Dual-clip bound for negative advantages (> 1), None = off.
+                Reference 10.
+            loss_agg_mode: "token-mean" (DAPO), "seq-mean-token-mean" (GRPO),
+                "seq-mean-token-sum", "seq-mean-token-sum-norm" (Dr. GRPO).
+            norm_adv_by_std: Divide group-centred rewards by the group std (GRPO/DAPO); False
+                gives Dr. GRPO's advantages.
+            kl_coef: Weight of a KL penalty to the initial policy. DAPO: 0 (no reference
+                model is kept).
+            kl_penalty: KL estimator, "low_var_kl" (k3), "kl", "abs" or "mse".
+            overlong_filtering: Mask the loss of truncated responses (DAPO §2.4).
+            overlong_buffer_len: L_cache of the soft overlong punishment; 0 turns it off.
+                Reference 4096.
+            overlong_penalty_factor: Scale of the soft overlong punishment. Reference 1.0.
+            lr_warmup_steps: Linear warmup length in training steps, constant after.
+                Reference script 10 (paper 20).
+            weight_decay: AdamW weight decay. Reference 0.1.
+        """
+        settings = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
+        super().training(**kwargs)
+        for name, value in settings.items():
+            if value is not NotProvided:
+                setattr(self, name, value)
+        return self
+
+    # ----- RLlib hooks ---------------------------------------------------------------------
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from dapo_rllib.rl_module import CausalLMRLModule
+
+        return RLModuleSpec(module_class=CausalLMRLModule)
+
+    def get_default_learner_class(self):
+        from dapo_rllib.learner import DAPOTorchLearner
+
+        return DAPOTorchLearner
+
+    @property
+    def _model_config_auto_includes(self) -> dict[str, Any]:
+        return super()._model_config_auto_includes | {
+            "model_path": self.model_path,
+            "dtype": self.model_dtype,
+            "temperature": self.temperature,
+        }
+
+    def build_learner_connector(self, input_observation_space, input_action_space, device=None):
+        from transformers import AutoConfig
+
+        pipeline = super().build_learner_connector(input_observation_space, input_action_space, device=device)
+        model_config = AutoConfig.from_pretrained(self.model_path)
+        pad_token_id = getattr(model_config, "pad_token_id", None)
+        pipeline.append(PadTokenBatch(pad_token_id=0 if pad_token_id is None else pad_token_id, overlong_filtering=self.overlong_filtering))
+        pipeline.append(GroupAdvantages(norm_by_std=self.norm_adv_by_std))
+        pipeline.append(NumpyToTensor(as_learner_connector=True, device=device))
+        pipeline.append(RecomputeOldLogProbs(micro_batch_size=self.log_prob_micro_batch_size))
+        return pipeline
+
+    @property
+    def minibatch_size_sequences(self) -> int:
+        return self.minibatch_size_prompts * self.group_size
+
+    def validate(self) -> None:
+        super().validate()
+        from dapo_rllib.tiny_model import ensure_tiny_model
+
+        if self.model_path is None:
+            # The documented default: the built-in tiny model (built once, then cached).
+            self.model_path = str(ensure_tiny_model())
+        self._validate_dapo_settings()
+        # A vLLM engine per process is expensive: with remote env runners, the driver needs none.
+        if self.num_env_runners > 0:
+            self.create_local_env_runner = False
+
+    def _validate_dapo_settings(self) -> None:
+        from pathlib import Path
+
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                self._value_error(message)
+
+        need((Path(self.model_path) / "config.json").is_file(), f"model_path={self.model_path!r} is not a Hugging Face model directory (no config.json)")
+        need(self.loss_agg_mode in core_algos.LOSS_AGG_MODES, f"loss_agg_mode={self.loss_agg_mode!r}; expected one of {core_algos.LOSS_AGG_MODES}")
+        need(0 <= self.clip_eps_low < 1, f"clip_eps_low={self.clip_eps_low} must be in [0, 1)")
+        need(self.clip_eps_high >= 0, f"clip_eps_high={self.clip_eps_high} must be >= 0")
+        need(self.clip_ratio_c is None or self.clip_ratio_c > 1, f"clip_ratio_c={self.clip_ratio_c} must be > 1 (or None to turn dual clip off)")
+        need(self.group_size >= 2, f"group_size={self.group_size} must be >= 2: a group of one has zero advantage")
+        for name in ("train_batch_size_prompts", "gen_batch_size_prompts", "max_num_gen_batches", "minibatch_size_prompts", "log_prob_micro_batch_size", "max_prompt_length", "max_response_length", "eval_num_samples"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name}={getattr(self, name)!r} must be a positive integer")
+        need(self.train_batch_size_prompts % self.minibatch_size_prompts == 0, f"train_batch_size_prompts={self.train_batch_size_prompts} must be a multiple of minibatch_size_prompts={self.minibatch_size_prompts}")
+        need(self.filter_metric in FILTER_METRICS, f"filter_metric={self.filter_metric!r}; expected one of {sorted(FILTER_METRICS)}")
+        need(0 <= self.overlong_buffer_len <= self.max_response_length, f"overlong_buffer_len={self.overlong_buffer_len} must be in [0, max_response_length={self.max_response_length}]")
+        need(self.overlong_penalty_factor >= 0, f"overlong_penalty_factor={self.overlong_penalty_factor} must be >= 0")
+        need(self.kl_coef >= 0, f"kl_coef={self.kl_coef} must be >= 0")
+        need(self.kl_penalty in core_algos.KL_PENALTY_KINDS, f"kl_penalty={self.kl_penalty!r}; expected one of {core_algos.KL_PENALTY_KINDS}")
+        need(self.temperature > 0, f"temperature={self.temperature} must be > 0 (log-probs are of softmax(logits / temperature))")
+        need(self.eval_temperature >= 0, f"eval_temperature={self.eval_temperature} must be >= 0")
+        need(0 < self.top_p <= 1 and 0 < self.eval_top_p <= 1, f"top_p={self.top_p} and eval_top_p={self.eval_top_p} must be in (0, 1]")
+        need(self.lr_warmup_steps >= 0 and self.weight_decay >= 0, f"lr_warmup_steps={self.lr_warmup_steps} and weight_decay={self.weight_decay} must be >= 0")
+        need(self.model_dtype in ("float32", "bfloat16", "float16"), f"model_dtype={self.model_dtype!r}; expected float32, bfloat16 or float16")
+        need(
+            self.num_learners <= 1,
+            f"num_learners={self.num_learners}: DAPO runs one learner for now (groups must be sharded whole across data-parallel learners, which is not built yet)",
+        )
+        need(self.env_runner_cls is not None and hasattr(self.env_runner_cls, "evaluate"), f"env_runner_cls={self.env_runner_cls} must be a VLLMEnvRunner (subclass)")
+
+
+class DAPO(Algorithm):
+    @classmethod
+    def get_default_config(cls) -> DAPOConfig:
+        return DAPOConfig()
+
+    def training_step(self) -> None:
+        cfg = self.config
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            groups = self._collect_groups()
+        episodes = [ep for group in groups for ep in group]
+
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            results = self.learner_group.update(
+                episodes=episodes,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
+                num_epochs=cfg.num_epochs,
+                minibatch_size=min(cfg.minibatch_size_sequences, len(episodes)),
+                shuffle_batch_per_epoch=False,
+            )
+            self.metrics.aggregate(results, key=LEARNER_RESULTS)
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+
+    # ----- dynamic sampling ----------------------------------------------------------------
+    def _sample_round(self, num_prompts: int) -> list:
+        """One generation round of `num_prompts` prompts, spread over the env runners."""
+        group = self.env_runner_group
+        num_remote = group.num_remote_env_runners()
+        shares = np.array_split(np.arange(num_prompts), max(num_remote, 1))
+        funcs = [partial(_sample_and_report, num_prompts=len(s)) for s in shares if len(s)]
+        if num_remote == 0:
+            out = group.foreach_env_runner(funcs[0], local_env_runner=True)
+        else:
+            out = group.foreach_env_runner(funcs, local_env_runner=False, remote_worker_ids=list(group.healthy_worker_ids())[: len(funcs)])
+        self.metrics.aggregate([metrics for _, metrics in out], key=ENV_RUNNER_RESULTS)
+        return [ep for episodes, _ in out for ep in episodes]
+
+    def _collect_groups(self) -> list[list]:
+        """Generation rounds until `train_batch_size_prompts` informative groups (DAPO §2.2)."""
+        cfg = self.config
+        kept: list[list] = []
+        generated: list[list] = []
+        rounds = 0
+        num_prompts = cfg.gen_batch_size_prompts if cfg.dynamic_sampling else cfg.train_batch_size_prompts
+        while len(kept) < cfg.train_batch_size_prompts and rounds < cfg.max_num_gen_batches:
+            rounds += 1
+            groups = group_episodes(self._sample_round(num_prompts))
+            generated.extend(groups)
+            kept.extend(informative_groups(groups, FILTER_METRICS[cfg.filter_metric]) if cfg.dynamic_sampling else groups)
+            if not cfg.dynamic_sampling:
+                break
+            print(f"[DAPO] generation round {rounds}: {len(kept)}/{cfg.train_batch_size_prompts} informative groups", flush=True)
+
+        self._log_rollout_metrics(generated, kept, rounds)
+        if len(kept) < cfg.train_batch_size_prompts:
+            kept = self._partial_batch_or_raise(kept, generated, rounds)
+        return kept[: cfg.train_batch_size_prompts]
+
+    def _partial_batch_or_raise(self, kept: list, generated: list, rounds: int) -> list:
+        cfg = self.config
+        fraction = len(kept) / max(len(generated), 1)
+        whole = (len(kept) // cfg.minibatch_size_prompts) * cfg.minibatch_size_prompts or len(kept)
+        if not cfg.train_on_partial_batch or not kept:
+            raise RuntimeError(
+                f"Dynamic sampling collected {len(kept)} of train_batch_size_prompts="
+                f"{cfg.train_batch_size_prompts} informative groups in max_num_gen_batches="
+                f"{cfg.max_num_gen_batches} generation rounds: only {fraction:.1%} of the "
+                f"{len(generated)} generated groups had a varying '{cfg.filter_metric}'. The data "
+                "may be too easy or too hard for the model. Raise max_num_gen_batches or "
+                "gen_batch_size_prompts, or set train_on_partial_batch=True to train on what was "
+                "collected."
+            )
+        print(f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)", flush=True)
+        return kept[:whole]
+
+    def _log_rollout_metrics(self, generated: list[list], kept: list[list], rounds: int) -> None:
+        episodes = [ep for g in generated for ep in g]
+        lengths = np.array([len(ep.get_actions(0)) for ep in episodes])
+        accs = [np.array([episode_value(ep, ACC) for ep in g]) for g in generated]
+        values = {
+            "generation_rounds": rounds,
+            "groups_generated": len(generated),
+            "groups_kept": min(len(kept), self.config.train_batch_size_prompts),
+            "groups_kept_fraction": len(kept) / max(len(generated), 1),
+            "groups_all_correct_fraction": float(np.mean([a.min() == 1 for a in accs])),
+            "groups_all_wrong_fraction": float(np.mean([a.max() == 0 for a in accs])),
+            "truncation_ratio": float(np.mean([bool(episode_value(ep, TRUNCATED)) for ep in episodes])),
+            "response_length_mean": float(lengths.mean()),
+            "response_length_max": int(lengths.max()),
+            "reward_mean": float(np.mean([ep.get_return() for ep in episodes])),
+            "score_mean": float(np.mean([episode_value(ep, SCORE) for ep in episodes])),
+            "acc_mean": float(np.mean([episode_value(ep, ACC) for ep in episodes])),
+        }
+        for key, value in values.items():
+            self.metrics.log_value((ROLLOUT, key), value, window=1)
+
+
+def _sample_and_report(env_runner, num_prompts: int):
+    return env_runner.sample(num_prompts=num_prompts), env_runner.get_metrics()
+
+
+def group_episodes(episodes: list) -> list[list]:
+    """Episodes grouped by prompt, in first-seen order."""
+    groups: dict[int, list] = defaultdict(list)
+    for ep in episodes:
+        groups[int(episode_value(ep, GROUP_ID))].append(ep)
+    return list(groups.values())
+
+
+def informative_groups(groups: list[list], metric_key: str) -> list[list]:
+    """Groups whose metric varies (or single-member groups), via core_algos.filter_groups."""
+    if not groups:
+        return []
+    values = torch.tensor([float(episode_value(ep, metric_key)) for g in groups for ep in g], dtype=torch.float64)
+    ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
+    keep = core_algos.filter_groups(values, ids)
+    first = np.cumsum([0] + [len(g) for g in groups[:-1]])
+    return [g for g, start in zip(groups, first) if bool(keep[start])]
+
+
+def evaluate_heldout(algorithm: DAPO, eval_env_runner_group) -> tuple[dict, int, int]:
+    """avg@k accuracy on the evaluation env (RLlib's `custom_evaluation_function` hook).
+
+    Runs on the evaluation env runners if there are any, else on the training ones (whose
+    weights `Algorithm.evaluate` has just synced).
+    """
+    cfg = algorithm.config
+    group = eval_env_runner_group or algorithm.env_runner_group
+    local = group.num_remote_env_runners() == 0
+    start = time.perf_counter()
+    shards = group.foreach_env_runner(
+        lambda er: er.evaluate(num_samples=cfg.eval_num_samples, max_problems=cfg.eval_max_problems),
+        local_env_runner=local,
+    )
+    accs = [a for s in shards for a in s["acc_per_problem"]]
+    lengths = [n for s in shards for n in s["response_lengths"]]
+    results = {
+        f"avg@{cfg.eval_num_samples}_accuracy": float(np.mean(accs)),
+        "accuracy": float(np.mean(accs)),
+        "num_problems": len(accs),
+        "response_length_mean": float(np.mean(lengths)),
+        "eval_time_s": time.perf_counter() - start,
+    }
+    # Evaluate() reads results back as merged stats, the way eval env runners report theirs.
+    logger = MetricsLogger(root=False)
+    for key, value in results.items():
+        logger.log_value(key, value, window=1)
+    algorithm.metrics.aggregate([logger.reduce()], key=(EVALUATION_RESULTS, ENV_RUNNER_RESULTS))
+    return results, len(lengths), len(lengths)
