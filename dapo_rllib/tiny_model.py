@@ -173,7 +173,7 @@ def build_tiny_model(
         p.prompt_text
         + "\n"
         + worked_solution(p.prompt_text, ANSWER_STYLES[i % len(ANSWER_STYLES)][1])
-        for i, p in enumerate(generate_arithmetic_problems("train", 3000, seed=seed))
+        for i, p in enumerate(generate_arithmetic_problems("train", seed=seed))
     ]
     tokenizer = build_tokenizer(corpus)
     config = Qwen2Config(

@@ -1,0 +1,90 @@
+"""DAPOConfig: reference defaults, validation messages, and the tuned examples' configs."""
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+import dapo_rllib  # noqa: F401
+from dapo_rllib.dapo import DAPO, DAPOConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """A directory that looks like a Hugging Face model to validate() (config.json only)."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    return str(tmp_path)
+
+
+def test_defaults_are_the_reference_recipe():
+    c = DAPOConfig()
+    assert (c.clip_eps_low, c.clip_eps_high, c.clip_ratio_c) == (0.2, 0.28, 10.0)
+    assert (c.group_size, c.train_batch_size_prompts, c.gen_batch_size_prompts, c.max_num_gen_batches) == (16, 512, 1536, 10)
+    assert (c.max_prompt_length, c.max_response_length, c.overlong_buffer_len, c.overlong_penalty_factor) == (2048, 20480, 4096, 1.0)
+    assert (c.loss_agg_mode, c.kl_coef, c.lr, c.weight_decay, c.grad_clip, c.minibatch_size_prompts) == ("token-mean", 0.0, 1e-6, 0.1, 1.0, 32)
+    assert (c.dynamic_sampling, c.filter_metric, c.overlong_filtering) == (True, "acc", False)
+    assert (c.temperature, c.top_p, c.eval_temperature, c.eval_top_p) == (1.0, 1.0, 1.0, 0.7)
+    assert c.algo_class is DAPO
+
+
+def test_training_sets_dapo_and_rllib_settings(model_dir):
+    c = DAPOConfig().training(model_path=model_dir, clip_eps_high=0.35, lr=3e-4)
+    assert (c.clip_eps_high, c.lr, c.clip_eps_low) == (0.35, 3e-4, 0.2)
+
+
+def test_naive_grpo_baseline_is_expressible(model_dir):
+    c = DAPOConfig().training(
+        model_path=model_dir, clip_eps_high=0.2, clip_ratio_c=None, loss_agg_mode="seq-mean-token-mean",
+        dynamic_sampling=False, overlong_buffer_len=0, kl_coef=0.001,
+    )
+    c.validate()
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"loss_agg_mode": "token-sum"}, "loss_agg_mode='token-sum'"),
+        ({"clip_ratio_c": 1.0}, "clip_ratio_c=1.0"),
+        ({"group_size": 1}, "group_size=1"),
+        ({"train_batch_size_prompts": 10, "minibatch_size_prompts": 4}, "minibatch_size_prompts=4"),
+        ({"filter_metric": "mean"}, "filter_metric='mean'"),
+        ({"overlong_buffer_len": 50000}, "overlong_buffer_len=50000"),
+        ({"top_p": 0.0}, "top_p=0.0"),
+        ({"kl_penalty": "k9"}, "kl_penalty='k9'"),
+        ({"max_num_gen_batches": 0}, "max_num_gen_batches=0"),
+    ],
+)
+def test_validate_names_the_bad_setting(model_dir, setting, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        DAPOConfig().training(model_path=model_dir, **setting).validate()
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="is not a Hugging Face model directory"):
+        DAPOConfig().training(model_path=str(tmp_path / "nope")).validate()
+
+
+def load_example(name, argv):
+    old = sys.argv
+    sys.argv = [name, *argv]
+    try:
+        return runpy.run_path(str(ROOT / "tuned_examples" / "dapo" / name), run_name="tuned_example")["config"]
+    finally:
+        sys.argv = old
+
+
+def test_reference_32b_example_builds_and_validates(model_dir):
+    config = load_example("qwen2_5_32b_dapo_math.py", ["--model-path", model_dir, "--train-data", "x.parquet"])
+    config.validate()
+    assert (config.group_size, config.train_batch_size_prompts, config.max_response_length, config.model_dtype) == (16, 512, 20480, "bfloat16")
+    assert config.num_gpus_per_env_runner == 1
+
+
+def test_tiny_example_config_validates(tiny_model_path):
+    config = load_example("tiny_arithmetic_dapo.py", [])
+    config.validate()
+    assert config.model_path == tiny_model_path

@@ -1,0 +1,118 @@
+"""DAPO through RLlib's real loop: vLLM env runner, learner, weight sync, checkpoint restore."""
+
+import json
+
+import numpy as np
+import pytest
+from ray.rllib.algorithms.algorithm import Algorithm
+
+import dapo_rllib  # noqa: F401
+from dapo_rllib.dapo import ROLLOUT, DAPOConfig
+from dapo_rllib.env_runner import hf_weights
+
+# Parameters vLLM keeps under their Hugging Face names (it fuses q/k/v and gate/up).
+CHECKED = ["model.embed_tokens.weight", "model.layers.0.input_layernorm.weight", "model.norm.weight"]
+
+
+def tiny_config(model_path, **overrides):
+    settings = dict(
+        model_path=model_path,
+        group_size=4,
+        train_batch_size_prompts=8,
+        gen_batch_size_prompts=12,
+        max_num_gen_batches=8,
+        minibatch_size_prompts=4,
+        max_prompt_length=128,
+        max_response_length=24,
+        overlong_buffer_len=4,
+        lr=1e-3,
+        lr_warmup_steps=2,
+        eval_num_samples=2,
+        eval_max_problems=16,
+    )
+    settings.update(overrides)
+    return DAPOConfig().training(**settings).debugging(seed=0)
+
+
+def learner_weights(algo):
+    return {k: v.detach().numpy().copy() for k, v in algo.learner_group._learner.module["default_policy"].model.state_dict().items()}
+
+
+def engine_weights(algo):
+    return algo.env_runner_group.foreach_env_runner(lambda er: er.engine_parameters(CHECKED), local_env_runner=False)[0]
+
+
+@pytest.fixture(scope="module")
+def trained(ray_session, tiny_model_path, tmp_path_factory):
+    config = tiny_config(tiny_model_path).env_runners(num_env_runners=1)
+    algo = config.build_algo()
+    initial_engine = engine_weights(algo)
+    initial_learner = learner_weights(algo)
+    results = [algo.train() for _ in range(2)]
+    checkpoint = tmp_path_factory.mktemp("ckpt") / "dapo"
+    algo.save_to_path(str(checkpoint))
+    yield dict(algo=algo, results=results, initial_engine=initial_engine, initial_learner=initial_learner, checkpoint=checkpoint)
+    algo.stop()
+
+
+def test_two_iterations_train_and_report_dapo_metrics(trained):
+    for result in trained["results"]:
+        rollout = result[ROLLOUT]
+        assert rollout["groups_kept"] == 8
+        assert 1 <= rollout["generation_rounds"] <= 8
+        assert 0 < rollout["groups_kept_fraction"] <= 1
+        learner = result["learners"]["default_policy"]
+        for key in ("policy_loss", "entropy", "pg_clipfrac_low", "pg_clipfrac_high", "pg_clipfrac_dual", "approx_kl", "grad_norm", "mean_token_prob"):
+            assert np.isfinite(learner[key]), key
+        assert 0 < learner["mean_token_prob"] <= 1
+    # Warmup: step 0 uses lr/2, step 1 the full lr (lr_warmup_steps=2).
+    lrs = [r["learners"]["default_policy"]["default_optimizer_learning_rate"] for r in trained["results"]]
+    assert lrs == pytest.approx([5e-4, 1e-3])
+    changed = [k for k, v in learner_weights(trained["algo"]).items() if not np.array_equal(v, trained["initial_learner"][k])]
+    assert "model.embed_tokens.weight" in changed
+
+
+def test_engine_weights_follow_the_learner_after_sync(trained):
+    engine = engine_weights(trained["algo"])
+    learner = hf_weights({f"model.{k}": v for k, v in learner_weights(trained["algo"]).items()})
+    for name in CHECKED:
+        np.testing.assert_allclose(engine[name], learner[name], rtol=0, atol=1e-6)
+    assert not np.array_equal(engine["model.embed_tokens.weight"], trained["initial_engine"]["model.embed_tokens.weight"])
+
+
+def test_checkpoint_restores_identical_weights_and_step_count(trained):
+    restored = Algorithm.from_checkpoint(str(trained["checkpoint"]))
+    try:
+        original, again = learner_weights(trained["algo"]), learner_weights(restored)
+        assert original.keys() == again.keys()
+        for k in original:
+            np.testing.assert_array_equal(original[k], again[k])
+        assert restored.learner_group._learner._num_training_steps == 2
+        np.testing.assert_allclose(engine_weights(restored)["model.embed_tokens.weight"], again["model.embed_tokens.weight"], atol=1e-6)
+    finally:
+        restored.stop()
+
+
+def test_evaluate_reports_heldout_accuracy(trained):
+    results = trained["algo"].evaluate()["env_runners"]
+    assert results["num_problems"] == 16
+    assert 0.0 <= results["accuracy"] <= 1.0
+    assert results["avg@2_accuracy"] == results["accuracy"]
+
+
+def test_dynamic_sampling_stops_at_the_cap_with_a_clear_error(ray_session, tiny_model_path, tmp_path):
+    # Nothing the model writes can match these answers: every group is all-wrong.
+    rows = [
+        {"data_source": "math_dapo", "prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "ability": "MATH",
+         "reward_model": {"ground_truth": f"unreachable-{i}", "style": "rule"}, "extra_info": {"index": i}}
+        for i in range(20)
+    ]
+    data = tmp_path / "impossible.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    config = tiny_config(tiny_model_path, max_num_gen_batches=2, gen_batch_size_prompts=4).environment("dapo_math", env_config={"dataset": str(data)})
+    algo = config.env_runners(num_env_runners=0).build_algo()
+    try:
+        with pytest.raises(RuntimeError, match=r"max_num_gen_batches=2.*0\.0% of the 8 generated groups"):
+            algo.training_step()
+    finally:
+        algo.stop()
