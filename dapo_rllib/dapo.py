@@ -33,9 +33,21 @@ from ray.rllib.utils.metrics import (
 )
 
 from dapo_rllib import core_algos
-from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, TRUNCATED, GroupAdvantages, PadTokenBatch, RecomputeOldLogProbs, episode_value
+from dapo_rllib.connectors import (
+    ACC,
+    GROUP_ID,
+    OLD_LOGP_TIME_KEY,
+    SCORE,
+    TRUNCATED,
+    GroupAdvantages,
+    PadTokenBatch,
+    RecomputeOldLogProbs,
+    episode_value,
+)
+from dapo_rllib.env_runner import GENERATION_TIME, SCORING_TIME
 
 ROLLOUT = "rollout"  # metrics key of the per-step sampling statistics
+TIMING = "timing"  # metrics key of the per-step wall-time split
 FILTER_METRICS = {"acc": ACC, "score": SCORE}
 
 
@@ -285,10 +297,12 @@ class DAPO(Algorithm):
 
     def training_step(self) -> None:
         cfg = self.config
+        self._step_timing = defaultdict(float)
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             groups = self._collect_groups()
         episodes = [ep for group in groups for ep in group]
 
+        start = time.perf_counter()
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             results = self.learner_group.update(
                 episodes=episodes,
@@ -298,9 +312,15 @@ class DAPO(Algorithm):
                 shuffle_batch_per_epoch=False,
             )
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
+        learn_s = time.perf_counter() - start
+        old_logp_s = float(self.metrics.peek((LEARNER_RESULTS, OLD_LOGP_TIME_KEY), default=0.0))
 
+        start = time.perf_counter()
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+        self._step_timing.update(old_log_probs_s=old_logp_s, update_s=learn_s - old_logp_s, weight_sync_s=time.perf_counter() - start)
+        for key, value in self._step_timing.items():
+            self.metrics.log_value((TIMING, key), value, window=1)
 
     # ----- dynamic sampling ----------------------------------------------------------------
     def _sample_round(self, num_prompts: int) -> list:
@@ -313,8 +333,13 @@ class DAPO(Algorithm):
             out = group.foreach_env_runner(funcs[0], local_env_runner=True)
         else:
             out = group.foreach_env_runner(funcs, local_env_runner=False, remote_worker_ids=list(group.healthy_worker_ids())[: len(funcs)])
-        self.metrics.aggregate([metrics for _, metrics in out], key=ENV_RUNNER_RESULTS)
-        return [ep for episodes, _ in out for ep in episodes]
+        self.metrics.aggregate([metrics for _, metrics, _ in out], key=ENV_RUNNER_RESULTS)
+        # Runners generate in parallel: a round takes as long as its slowest runner.
+        for key in (GENERATION_TIME, SCORING_TIME):
+            self._step_timing[key] += max(timing[key] for _, _, timing in out)
+        tokens = sum(timing["generated_tokens"] for _, _, timing in out)
+        self._step_timing["generation_tokens_per_s"] = tokens / max(self._step_timing[GENERATION_TIME], 1e-9)
+        return [ep for episodes, _, _ in out for ep in episodes]
 
     def _collect_groups(self) -> list[list]:
         """Generation rounds until `train_batch_size_prompts` informative groups (DAPO §2.2)."""
@@ -377,7 +402,8 @@ class DAPO(Algorithm):
 
 
 def _sample_and_report(env_runner, num_prompts: int):
-    return env_runner.sample(num_prompts=num_prompts), env_runner.get_metrics()
+    episodes = env_runner.sample(num_prompts=num_prompts)
+    return episodes, env_runner.get_metrics(), env_runner.last_sample_timing
 
 
 def group_episodes(episodes: list) -> list[list]:

@@ -44,8 +44,8 @@ from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, TRUNCATED
 logger = logging.getLogger(__name__)
 
 # Keys of `get_metrics()`; the algorithm reads them to filter, log and time.
-GENERATION_TIME = "generation_time_s"
-SCORING_TIME = "scoring_time_s"
+GENERATION_TIME = "generation_s"
+SCORING_TIME = "scoring_s"
 WEIGHT_LOAD_TIME = "weight_load_time_s"
 GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
 PROMPTS_TRUNCATED = "prompts_left_truncated"
@@ -98,7 +98,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
         self._weights_seq_no = 0
         self._num_groups = 0
-        self._num_env_steps_lifetime = 0
+        self.last_sample_timing: dict[str, float] = {}
 
     # ----- spaces, health, lifecycle --------------------------------------------------------
     def get_spaces(self):
@@ -146,6 +146,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         num_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
         self.metrics.log_value(GENERATION_TIME, elapsed, reduce="sum")
         self.metrics.log_value(GENERATION_TOKENS_PER_S, num_tokens / max(elapsed, 1e-9), window=1)
+        self.last_sample_timing = {GENERATION_TIME: elapsed, "generated_tokens": num_tokens}
         return outputs
 
     def _score(self, env, problem_index: int, completion) -> tuple[float, dict]:
@@ -169,8 +170,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             for completion in out.outputs:
                 episodes.append(self._episode(ids, completion, group_id, *self._score(self.env, info["problem_index"], completion)))
         self.metrics.log_value(SCORING_TIME, time.perf_counter() - start, reduce="sum")
+        self.last_sample_timing[SCORING_TIME] = time.perf_counter() - start
 
-        self._num_env_steps_lifetime += len(episodes)
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED, len(episodes), reduce="sum")
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, len(episodes), reduce="lifetime_sum")
         self.metrics.log_value(NUM_EPISODES, len(episodes), reduce="sum")

@@ -2,6 +2,7 @@
 
 from dapo_rllib.data.arithmetic import (
     ARITHMETIC_DATA_SOURCE,
+    ARITHMETIC_PROMPT_TEMPLATE,
     DAPO_PROMPT_TEMPLATE,
     ArithmeticQuestion,
     generate_arithmetic_problems,
@@ -17,6 +18,7 @@ from dapo_rllib.data.datasets import (
 
 __all__ = [
     "ARITHMETIC_DATA_SOURCE",
+    "ARITHMETIC_PROMPT_TEMPLATE",
     "DAPO_PROMPT_TEMPLATE",
     "DEFAULT_DATA_SOURCE",
     "ArithmeticQuestion",

@@ -1,6 +1,6 @@
 """Built-in generator for the tiny task: two-operand integer addition/subtraction.
 
-Every problem "What is a + b?" / "What is a - b?" with a, b in [0, 99] exists
+Every problem "What is a + b?" / "What is a - b?" with a in [0, 99], b in [0, 9] exists
 exactly once (20,000 in all). A stable hash of "{a}{op}{b}" puts about a tenth
 of them in the held-out "test" split, so the splits are disjoint and identical
 in every process and Python version.
@@ -22,6 +22,11 @@ DAPO_PROMPT_TEMPLATE = (
     "$Answer is the answer to the problem.\n\n{problem}\n\nRemember to put your "
     'answer on its own line after "Answer:".'
 )
+
+#: The tiny task's instruction. Shorter than DAPO's template (which file datasets carry in their
+#: own rows) so that a 1M-parameter model spends its few warm-start steps on the arithmetic, but
+#: asking for the same "Answer:" line the DAPO scorer reads.
+ARITHMETIC_PROMPT_TEMPLATE = '{problem} Put your final answer on its own line after "Answer:".'
 
 #: ``data_source`` of the generated problems (selects the scorer).
 ARITHMETIC_DATA_SOURCE = "arithmetic"
@@ -72,7 +77,7 @@ def parse_arithmetic_question(text: str) -> ArithmeticQuestion:
 
     Raises:
         ValueError: ``text`` does not contain exactly one question of the
-            generator's form with operands in [0, 99].
+            generator's form with operands in range.
     """
     matches = _QUESTION_RE.findall(text)
     if len(matches) != 1:
@@ -95,7 +100,7 @@ def generate_arithmetic_problems(
     """Return the problems of ``split`` in a deterministic, ``seed``-dependent order.
 
     Args:
-        split: ``"train"`` (~18k problems) or ``"test"`` (~2k problems).
+        split: ``"train"`` (1807 problems) or ``"test"`` (193 problems).
         num_problems: Take the first ``num_problems`` of the shuffled split;
             ``None`` takes all of them.
         seed: Seed of the shuffle.
@@ -125,7 +130,7 @@ def generate_arithmetic_problems(
         questions = questions[:num_problems]
     return [
         MathProblem(
-            messages=({"role": "user", "content": DAPO_PROMPT_TEMPLATE.format(problem=q.question)},),
+            messages=({"role": "user", "content": ARITHMETIC_PROMPT_TEMPLATE.format(problem=q.question)},),
             ground_truth=str(q.result),
             data_source=ARITHMETIC_DATA_SOURCE,
             index=i,
@@ -137,6 +142,7 @@ def generate_arithmetic_problems(
 __all__ = [
     "ARITHMETIC_DATA_SOURCE",
     "ArithmeticQuestion",
+    "ARITHMETIC_PROMPT_TEMPLATE",
     "DAPO_PROMPT_TEMPLATE",
     "generate_arithmetic_problems",
     "parse_arithmetic_question",
