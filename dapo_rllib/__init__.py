@@ -5,11 +5,14 @@
 without Ray too (nothing is registered then).
 """
 
-import importlib.util
-
 __version__ = "0.1.0"
 
-if importlib.util.find_spec("ray") is not None:
+try:
+    import ray  # noqa: F401
+except ModuleNotFoundError:  # only the pure math is usable then
+    ray = None
+
+if ray is not None:
     from dapo_rllib.registry import register_all
 
     register_all()

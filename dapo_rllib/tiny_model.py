@@ -155,7 +155,7 @@ def _warm_start(model, tokenizer, *, steps: int, batch_size: int, lr: float, see
 def build_tiny_model(
     output_dir: str | os.PathLike,
     *,
-    sft_steps: int = 600,
+    sft_steps: int = 800,
     batch_size: int = 64,
     lr: float = 3e-3,
     seed: int = 0,
