@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import runpy
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -20,14 +23,19 @@ import numpy as np
 import ray
 
 import dapo_rllib  # noqa: F401
-from dapo_rllib.dapo import DAPOConfig
 from dapo_rllib.env_runner import build_vllm_engine
 from envs.math_env import MathEnv
 
-TINY = dict(
-    group_size=8, train_batch_size_prompts=16, gen_batch_size_prompts=24, minibatch_size_prompts=8,
-    max_prompt_length=128, max_response_length=32, overlong_buffer_len=8, lr=1e-4, lr_warmup_steps=3, weight_decay=0.0,
-)
+TINY_EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "dapo" / "tiny_arithmetic_dapo.py"
+
+
+def tiny_example_config():
+    """The main job's config, read from its tuned example (which parses its own arguments)."""
+    argv, sys.argv = sys.argv, [str(TINY_EXAMPLE)]
+    try:
+        return runpy.run_path(str(TINY_EXAMPLE), run_name="tuned_example")["config"]
+    finally:
+        sys.argv = argv
 
 
 def bare_vllm_tokens_per_s(config, num_prompts: int) -> float:
@@ -57,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
 
     ray.init(num_cpus=2, include_dashboard=False)
-    config = DAPOConfig().training(**TINY).env_runners(num_env_runners=args.num_env_runners).debugging(seed=0)
+    config = tiny_example_config().env_runners(num_env_runners=args.num_env_runners)
     algo = config.build_algo()
     rows = []
     print(f"{'step':>4} {'total':>7} {'generate':>9} {'score':>7} {'old_logp':>9} {'update':>7} {'sync':>7} {'rounds':>6} {'gen tok/s':>10}")
