@@ -26,7 +26,7 @@ EVAL_BEFORE = "eval_before_training"
 def example_args(default_iters: int, **defaults) -> argparse.ArgumentParser:
     """RLlib's example-script parser (--stop-iters, --no-tune, --num-env-runners, ...)."""
     parser = add_rllib_example_script_args(default_iters=default_iters, default_reward=float("inf"), default_timesteps=10**12)
-    parser.add_argument("--storage-path", default=str(Path.cwd() / "runs"), help="where runs, logs and checkpoints go")
+    parser.add_argument("--storage-path", default=str(Path.cwd() / "runs"), help="where --no-tune runs save their checkpoint (Tune runs: ~/ray_results)")
     parser.set_defaults(**defaults)
     return parser
 
@@ -64,7 +64,8 @@ def run_tuned_example(config, args) -> tuple[float, float]:
     config.callbacks(on_algorithm_init=_evaluate_before_training)
     results = run_rllib_example_script_experiment(config, args, stop={"training_iteration": args.stop_iters})
     last = results.get_best_result(metric="training_iteration", mode="max")
-    before = float(last.metrics[EVAL_BEFORE])
+    # Logged once, at algorithm init: it appears in the first reported iteration only.
+    before = float(last.metrics_dataframe[EVAL_BEFORE].dropna().iloc[0])
     after = accuracy(last.metrics[EVALUATION_RESULTS])
     print(f"Tune results, TensorBoard logs and checkpoints: {last.path}")
     print(f"eval accuracy: {before:.3f} -> {after:.3f}")
