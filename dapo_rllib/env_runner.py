@@ -14,7 +14,6 @@ own, holding only the sampler.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from typing import Any
@@ -41,7 +40,6 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 from dapo_rllib import core_algos
 from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, TRUNCATED
 
-logger = logging.getLogger(__name__)
 
 # Keys of `get_metrics()`; the algorithm reads them to filter, log and time.
 GENERATION_TIME = "generation_s"

@@ -18,7 +18,6 @@ model directory (a local Qwen2.5 checkpoint, say) can be used in its place.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import shutil
@@ -31,7 +30,6 @@ import torch
 
 from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
 
-logger = logging.getLogger(__name__)
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 CHAT_TEMPLATE = (
