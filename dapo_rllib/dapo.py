@@ -15,10 +15,12 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import ray
 import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
 from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from ray.rllib.utils.metrics import (
@@ -30,6 +32,7 @@ from ray.rllib.utils.metrics import (
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     SYNCH_WORKER_WEIGHTS_TIMER,
     TIMERS,
+    WEIGHTS_SEQ_NO,
 )
 
 from dapo_rllib import core_algos
@@ -317,10 +320,28 @@ class DAPO(Algorithm):
 
         start = time.perf_counter()
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+            self.sync_weights_to_env_runners()
         self._step_timing.update(old_log_probs_s=old_logp_s, update_s=learn_s - old_logp_s, weight_sync_s=time.perf_counter() - start)
         for key, value in self._step_timing.items():
             self.metrics.log_value((TIMING, key), value, window=1)
+
+    def sync_weights_to_env_runners(self) -> None:
+        """Load the learner's weights into every vLLM engine and wait until they are in.
+
+        DAPO is on-policy: the next generation round must use the new weights. RLlib's
+        `EnvRunnerGroup.sync_weights` is fire-and-forget and skips a runner whose previous sync
+        is still in flight, which loses the restored weights right after `from_checkpoint`.
+        """
+        learner_state = self.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)[COMPONENT_LEARNER]
+        # The weights go to the object store once; each runner fetches them from there.
+        state = {COMPONENT_RL_MODULE: ray.put(learner_state[COMPONENT_RL_MODULE]), WEIGHTS_SEQ_NO: learner_state[WEIGHTS_SEQ_NO]}
+        for group in (self.env_runner_group, self.eval_env_runner_group):
+            if group is not None:
+                group.foreach_env_runner(lambda runner: runner.set_state(state))
+
+    def restore_from_path(self, path, *args, **kwargs):
+        super().restore_from_path(path, *args, **kwargs)
+        self.sync_weights_to_env_runners()
 
     # ----- dynamic sampling ----------------------------------------------------------------
     def _sample_round(self, num_prompts: int) -> list:

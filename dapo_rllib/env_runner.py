@@ -20,6 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import ray
 import torch
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SPACES
@@ -267,9 +268,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         seq_no = state.get(WEIGHTS_SEQ_NO, 0)
         if COMPONENT_RL_MODULE in state and (seq_no == 0 or seq_no > self._weights_seq_no):
             module_state = state[COMPONENT_RL_MODULE]
-            if not isinstance(module_state, dict):  # an ObjectRef from EnvRunnerGroup.sync_weights
-                import ray
-
+            if isinstance(module_state, ray.ObjectRef):  # see DAPO.sync_weights_to_env_runners
                 module_state = ray.get(module_state)
             module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
             self.load_weights(hf_weights(module_state))
