@@ -20,7 +20,7 @@ import torch
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
 from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
-from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_LEARNER_GROUP, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from ray.rllib.utils.metrics import (
@@ -48,10 +48,12 @@ from dapo_rllib.connectors import (
     episode_value,
 )
 from dapo_rllib.env_runner import GENERATION_TIME, SCORING_TIME
+from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
 
 ROLLOUT = "rollout"  # metrics key of the per-step sampling statistics
 TIMING = "timing"  # metrics key of the per-step wall-time split
 FILTER_METRICS = {"acc": ACC, "score": SCORE}
+REMOTE_ENV_RUNNER_STATES = "remote_env_runner_states"  # checkpoint key, see DAPO.get_state
 
 
 class DAPOConfig(AlgorithmConfig):
@@ -95,6 +97,9 @@ class DAPOConfig(AlgorithmConfig):
         self.eval_top_p = 0.7
         self.eval_num_samples = 32
         self.eval_max_problems = None
+        self.val_before_train = True
+        # Reporting.
+        self.tensorboard_dir = None
         # Batches and dynamic sampling.
         self.group_size = 16
         self.train_batch_size_prompts = 512
@@ -135,6 +140,7 @@ class DAPOConfig(AlgorithmConfig):
         eval_top_p: float = NotProvided,
         eval_num_samples: int = NotProvided,
         eval_max_problems: int | None = NotProvided,
+        val_before_train: bool = NotProvided,
         group_size: int = NotProvided,
         train_batch_size_prompts: int = NotProvided,
         gen_batch_size_prompts: int = NotProvided,
@@ -173,6 +179,9 @@ class DAPOConfig(AlgorithmConfig):
             eval_temperature, eval_top_p: Evaluation sampling. Reference 1.0, 0.7.
             eval_num_samples: k of avg@k in evaluation. Reference 32.
             eval_max_problems: Evaluate on at most this many held-out problems (None: all).
+            val_before_train: Evaluate once before the first training step (reported as
+                `evaluation_before_training` in the first result, `eval/*` at step 0 in
+                TensorBoard). Skipped when resuming from a checkpoint.
             group_size: G, completions sampled per prompt. Reference 16.
             train_batch_size_prompts: Prompts (groups) per training step. Reference 512.
             gen_batch_size_prompts: Prompts per generation round. Reference 1536.
@@ -211,6 +220,18 @@ class DAPOConfig(AlgorithmConfig):
         for name, value in settings.items():
             if value is not NotProvided:
                 setattr(self, name, value)
+        return self
+
+    def reporting(self, *, tensorboard_dir: str | None = NotProvided, **kwargs) -> "DAPOConfig":
+        """RLlib's reporting settings, plus where DAPO writes its TensorBoard event files.
+
+        Args:
+            tensorboard_dir: Directory of the event files (see `dapo_rllib.tensorboard`).
+                None: the algorithm's log directory (under Ray Tune, the trial directory).
+        """
+        super().reporting(**kwargs)
+        if tensorboard_dir is not NotProvided:
+            self.tensorboard_dir = tensorboard_dir
         return self
 
     # ----- RLlib hooks ---------------------------------------------------------------------
@@ -298,8 +319,21 @@ class DAPO(Algorithm):
     def get_default_config(cls) -> DAPOConfig:
         return DAPOConfig()
 
+    @classmethod
+    def _should_create_evaluation_env_runners(cls, eval_config) -> bool:
+        # Without dedicated evaluation runners (evaluation_num_env_runners=0) DAPO evaluates on
+        # the training runners' engines instead of starting another vLLM engine in the driver.
+        return eval_config.evaluation_num_env_runners > 0
+
+    def setup(self, config) -> None:
+        super().setup(config)
+        self._tensorboard: TensorBoardWriter | None = None
+        self._evaluated_before_training = False
+
     def training_step(self) -> None:
         cfg = self.config
+        if cfg.val_before_train and self.iteration == 0 and not self._evaluated_before_training:
+            self._evaluate_before_training()
         self._step_timing = defaultdict(float)
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             groups = self._collect_groups()
@@ -325,6 +359,44 @@ class DAPO(Algorithm):
         for key, value in self._step_timing.items():
             self.metrics.log_value((TIMING, key), value, window=1)
 
+    def _evaluate_before_training(self) -> None:
+        print("[DAPO] evaluating before the first training step ...", flush=True)
+        results = heldout_results(self, self.eval_env_runner_group or self.env_runner_group)
+        print(f"[DAPO] accuracy before training: {results['accuracy']:.3f} on {results['num_problems']} problems", flush=True)
+        self.metrics.aggregate([_as_stats(results)], key=EVAL_BEFORE_TRAINING)
+        self._evaluated_before_training = True
+
+    def log_result(self, result: dict) -> None:
+        super().log_result(result)
+        self._tensorboard_writer().write(result)
+
+    def log_evaluation(self, eval_results: dict) -> None:
+        """Record an `evaluate()` made outside `train()` in TensorBoard, at the current iteration."""
+        self._tensorboard_writer().write_evaluation(eval_results, step=self.iteration)
+
+    def _tensorboard_writer(self) -> TensorBoardWriter:
+        if self._tensorboard is None:
+            self._tensorboard = TensorBoardWriter(self.tensorboard_dir)
+        return self._tensorboard
+
+    def cleanup(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+        super().cleanup()
+
+    @property
+    def tensorboard_dir(self) -> str:
+        """Where this run's TensorBoard event files go."""
+        return str(self.config.tensorboard_dir or self.logdir)
+
+    def export_hf_model(self, out_dir) -> str:
+        """Save the current policy as a Hugging Face model directory (weights and tokenizer)."""
+        from dapo_rllib.rl_module import export_hf_model
+
+        component = f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}/{DEFAULT_MODULE_ID}"
+        state = self.learner_group.get_state(components=component)[COMPONENT_LEARNER][COMPONENT_RL_MODULE][DEFAULT_MODULE_ID]
+        return str(export_hf_model(state, self.config.model_path, out_dir, self.config.model_dtype))
+
     def sync_weights_to_env_runners(self) -> None:
         """Load the learner's weights into every vLLM engine and wait until they are in.
 
@@ -339,7 +411,30 @@ class DAPO(Algorithm):
             if group is not None:
                 group.foreach_env_runner(lambda runner: runner.set_state(state))
 
-    def restore_from_path(self, path, *args, **kwargs):
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        # RLlib checkpoints a local env runner only; DAPO's remote ones hold the dataset
+        # position and the sampling-seed counter, which a resumed run must continue from.
+        if self.env_runner_group.num_remote_env_runners() and self._check_component(REMOTE_ENV_RUNNER_STATES, components, not_components):
+            indexed = self.env_runner_group.foreach_env_runner(lambda runner: (runner.worker_index, runner.get_state()), local_env_runner=False)
+            state[REMOTE_ENV_RUNNER_STATES] = dict(indexed)
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        if REMOTE_ENV_RUNNER_STATES in state:
+            saved = state[REMOTE_ENV_RUNNER_STATES]
+            here = sorted(self.env_runner_group.healthy_worker_ids())
+            if sorted(saved) != here:
+                raise ValueError(
+                    f"the checkpoint holds the state of env runners {sorted(saved)}, this algorithm has "
+                    f"env runners {here}: resume with num_env_runners={len(saved)}"
+                )
+            self.env_runner_group.foreach_env_runner(lambda runner: runner.set_state(saved[runner.worker_index]), local_env_runner=False)
+        if COMPONENT_LEARNER_GROUP in state:
+            self.sync_weights_to_env_runners()
+
+    def restore_from_path(self, path, *args, **kwargs) -> None:
         super().restore_from_path(path, *args, **kwargs)
         self.sync_weights_to_env_runners()
 
@@ -376,7 +471,8 @@ class DAPO(Algorithm):
             kept.extend(informative_groups(groups, FILTER_METRICS[cfg.filter_metric]) if cfg.dynamic_sampling else groups)
             if not cfg.dynamic_sampling:
                 break
-            print(f"[DAPO] generation round {rounds}: {len(kept)}/{cfg.train_batch_size_prompts} informative groups", flush=True)
+            scored = sum(len(g) for g in groups)
+            print(f"[DAPO] generation round {rounds}: {scored} samples scored, {len(kept)} informative groups (need {cfg.train_batch_size_prompts})", flush=True)
 
         self._log_rollout_metrics(generated, kept, rounds)
         if len(kept) < cfg.train_batch_size_prompts:
@@ -452,8 +548,15 @@ def evaluate_heldout(algorithm: DAPO, eval_env_runner_group) -> tuple[dict, int,
     Runs on the evaluation env runners if there are any, else on the training ones (whose
     weights `Algorithm.evaluate` has just synced).
     """
+    results = heldout_results(algorithm, eval_env_runner_group or algorithm.env_runner_group)
+    # Evaluate() reads results back as merged stats, the way eval env runners report theirs.
+    algorithm.metrics.aggregate([_as_stats(results)], key=(EVALUATION_RESULTS, ENV_RUNNER_RESULTS))
+    return results, results["num_samples"], results["num_samples"]
+
+
+def heldout_results(algorithm: DAPO, group) -> dict[str, float]:
+    """avg@k accuracy and response length on the evaluation env, over `group`'s runners."""
     cfg = algorithm.config
-    group = eval_env_runner_group or algorithm.env_runner_group
     local = group.num_remote_env_runners() == 0
     start = time.perf_counter()
     shards = group.foreach_env_runner(
@@ -466,12 +569,16 @@ def evaluate_heldout(algorithm: DAPO, eval_env_runner_group) -> tuple[dict, int,
         f"avg@{cfg.eval_num_samples}_accuracy": float(np.mean(accs)),
         "accuracy": float(np.mean(accs)),
         "num_problems": len(accs),
+        "num_samples": len(lengths),
         "response_length_mean": float(np.mean(lengths)),
         "eval_time_s": time.perf_counter() - start,
     }
-    # Evaluate() reads results back as merged stats, the way eval env runners report theirs.
+    return results
+
+
+def _as_stats(results: dict[str, float]) -> dict:
+    """`results` as reduced MetricsLogger stats, ready for `MetricsLogger.aggregate`."""
     logger = MetricsLogger(root=False)
     for key, value in results.items():
         logger.log_value(key, value, window=1)
-    algorithm.metrics.aggregate([logger.reduce()], key=(EVALUATION_RESULTS, ENV_RUNNER_RESULTS))
-    return results, len(lengths), len(lengths)
+    return logger.reduce()

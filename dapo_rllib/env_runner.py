@@ -40,6 +40,7 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 
 from dapo_rllib import core_algos
 from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, TRUNCATED
+from dapo_rllib.rl_module import hf_weights
 
 
 # Keys of `get_metrics()`; the algorithm reads them to filter, log and time.
@@ -48,6 +49,11 @@ SCORING_TIME = "scoring_s"
 WEIGHT_LOAD_TIME = "weight_load_time_s"
 GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
 PROMPTS_TRUNCATED = "prompts_left_truncated"
+
+# Seed streams of training and evaluation requests (see VLLMEnvRunner._request_seed). Evaluation
+# reuses its seeds at every evaluation, so accuracy changes reflect the weights, not the dice.
+TRAIN_STREAM = 0
+EVAL_STREAM = 1
 
 
 def make_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> gym.Env:
@@ -79,6 +85,11 @@ def build_vllm_engine(config, seed: int):
         enforce_eager=not torch.cuda.is_available(),
         gpu_memory_utilization=0.5 if torch.cuda.is_available() else 0.1,
     )
+    if not torch.cuda.is_available():
+        # Per-request seeds (see VLLMEnvRunner._sampling_params) crash vLLM's CPU backend when a
+        # prefill is chunked ("CPU Generator does not use offset"): prefill prompts whole.
+        max_model_len = kwargs["max_model_len"]
+        kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(4096, max_model_len))
     kwargs.update(config.vllm_engine_kwargs)
     return LLM(**kwargs)
 
@@ -125,16 +136,31 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             ids = ids[-limit:]
         return list(ids)
 
-    def _sampling_params(self, *, n: int, explore: bool):
+    def _sampling_params(self, *, n: int, explore: bool, seeds: list[int]) -> list:
+        """One SamplingParams per prompt, each with its own seed.
+
+        Per-request seeds make a group's completions a function of (weights, seed, prompt)
+        only, so a run resumed from a checkpoint samples exactly what the uninterrupted run
+        would have, whatever else the engine generated in between.
+        """
         from vllm import SamplingParams
 
         cfg = self.config
-        return SamplingParams(
-            n=n,
-            temperature=cfg.temperature if explore else cfg.eval_temperature,
-            top_p=cfg.top_p if explore else cfg.eval_top_p,
-            max_tokens=cfg.max_response_length,
-        )
+        return [
+            SamplingParams(
+                n=n,
+                seed=seed,
+                temperature=cfg.temperature if explore else cfg.eval_temperature,
+                top_p=cfg.top_p if explore else cfg.eval_top_p,
+                max_tokens=cfg.max_response_length,
+            )
+            for seed in seeds
+        ]
+
+    def _request_seed(self, *stream: int) -> int:
+        """A 31-bit seed for one request, derived from the run seed and this runner's index."""
+        entropy = [self.config.seed or 0, self.worker_index, *stream]
+        return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
 
     def _generate(self, prompt_ids: list[list[int]], params):
         from vllm.inputs import TokensPrompt
@@ -159,7 +185,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         num_prompts = num_prompts or cfg.gen_batch_size_prompts
         problems = [self.env.reset() for _ in range(num_prompts)]
         prompt_ids = [self._prompt_ids(obs) for obs, _ in problems]
-        outputs = self._generate(prompt_ids, self._sampling_params(n=cfg.group_size, explore=explore))
+        seeds = [self._request_seed(TRAIN_STREAM, self._num_groups + i) for i in range(num_prompts)]
+        outputs = self._generate(prompt_ids, self._sampling_params(n=cfg.group_size, explore=explore, seeds=seeds))
 
         start = time.perf_counter()
         episodes = []
@@ -234,7 +261,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         shards = max(self.num_workers, 1)
         mine = [i for i in range(count) if i % shards == max(self.worker_index - 1, 0)]
         prompts = [self._prompt_ids(env.problem(i).messages) for i in mine]
-        outputs = self._generate(prompts, self._sampling_params(n=num_samples, explore=False))
+        seeds = [self._request_seed(EVAL_STREAM, i) for i in mine]
+        outputs = self._generate(prompts, self._sampling_params(n=num_samples, explore=False, seeds=seeds))
         per_problem, lengths = [], []
         for i, out in zip(mine, outputs):
             accs = [self._score(env, i, c)[1]["acc"] for c in out.outputs]
@@ -262,7 +290,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         return self.llm.collective_rpc(read)[0]
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
-        return {WEIGHTS_SEQ_NO: self._weights_seq_no, "env": self.env.get_state(), "num_groups": self._num_groups}
+        """Where sampling stands: the env's draw order and the group counter (which also picks
+        the sampling seeds). Weights are not part of it: they come from the learner."""
+        return {"env": self.env.get_state(), "num_groups": self._num_groups}
 
     def set_state(self, state: dict[str, Any]) -> None:
         seq_no = state.get(WEIGHTS_SEQ_NO, 0)
@@ -286,9 +316,3 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     def get_checkpointable_components(self):
         return []
-
-
-def hf_weights(module_state: dict[str, Any]) -> dict[str, Any]:
-    """RLModule state → Hugging Face parameter names (the module keeps the HF model as `model`)."""
-    prefix = "model."
-    return {k[len(prefix) :]: v for k, v in module_state.items() if k.startswith(prefix)}

@@ -80,3 +80,31 @@ def response_logprobs(model, batch: dict[str, Any], temperature: float) -> dict[
     logits = out.logits[:, :-1].float() / temperature
     logp = torch.log_softmax(logits, dim=-1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
     return {LOGP: logp, ENTROPY: entropy_from_logits(logits)}
+
+
+def hf_weights(module_state: dict[str, Any]) -> dict[str, Any]:
+    """RLModule state → Hugging Face parameter names (the module keeps the HF model as `model`)."""
+    prefix = "model."
+    return {k[len(prefix) :]: v for k, v in module_state.items() if k.startswith(prefix)}
+
+
+def export_hf_model(module_state: dict[str, Any], model_path: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
+    """Write a trained module's weights as a plain Hugging Face model directory.
+
+    The result has the `save_pretrained` layout (config, safetensors weights, generation config)
+    and the tokenizer of `model_path`, so `transformers` and vLLM load it like any other model.
+    `module_state` is `CausalLMRLModule.get_state()`: the HF parameters under the `model.` prefix.
+    """
+    from transformers import AutoTokenizer
+
+    weights = {k: torch.as_tensor(v) for k, v in hf_weights(module_state).items()}
+    model = load_causal_lm(model_path, dtype)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    # Tied output embeddings are stored once; anything else missing means the wrong base model.
+    missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ValueError(f"the trained weights do not fit the model at {model_path}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(model_path)).save_pretrained(out)
+    return out

@@ -8,7 +8,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 
 import dapo_rllib  # noqa: F401
 from dapo_rllib.dapo import ROLLOUT, DAPOConfig
-from dapo_rllib.env_runner import hf_weights
+from dapo_rllib.rl_module import hf_weights
 
 # Parameters vLLM keeps under their Hugging Face names (it fuses q/k/v and gate/up).
 CHECKED = ["model.embed_tokens.weight", "model.layers.0.input_layernorm.weight", "model.norm.weight"]

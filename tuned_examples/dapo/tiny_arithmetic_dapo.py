@@ -1,10 +1,12 @@
 """DAPO on the built-in arithmetic task with the tiny Qwen2 model: the project's main job.
 
-Runs on a 2-core CPU in a few minutes and ends with `eval accuracy: <before> -> <after>`
-(avg@4 on held-out problems at the evaluation sampling settings).
+Runs on a 2-core CPU in a few minutes. Held-out accuracy (avg@4 on 193 test problems) is
+measured before training and every 10 iterations; the run ends with
+`eval accuracy: <before> -> <after>` and the paths of its TensorBoard logs, plot and checkpoint.
 
     python tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune
-    python tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune --stop-iters 5 --num-env-runners 0
+    rllib train file tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune --stop '{"training_iteration": 5}'
+    rllib train file tuned_examples/dapo/tiny_arithmetic_dapo.py           # as a Ray Tune experiment
 
 The settings scale the reference recipe down: 16 prompts x 8 completions per step, 2 optimizer
 steps per training step, responses of at most 32 tokens (so the overlong buffer of 8 tokens can
@@ -13,15 +15,14 @@ bite), and a learning rate suited to a 1M-parameter model.
 
 import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_math")
 from dapo_rllib.dapo import DAPOConfig
-from dapo_rllib.run import example_args, run_tuned_example
-
-parser = example_args(default_iters=40, num_env_runners=1)
-args = parser.parse_args()
+from dapo_rllib.train import run_example
 
 config = (
     DAPOConfig()
     .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
-    .evaluation(evaluation_config={"env_config": {"split": "test"}})
+    .evaluation(evaluation_interval=10, evaluation_config={"env_config": {"split": "test"}})
+    # The learner and the driver share one CPU, the vLLM env runner has the other.
+    .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
     .training(
         model_path=None,  # the built-in tiny model, built on first use
         group_size=8,
@@ -41,5 +42,7 @@ config = (
     .debugging(seed=0)
 )
 
+stop = {"training_iteration": 40}
+
 if __name__ == "__main__":
-    run_tuned_example(config, args)
+    run_example(config, stop)

@@ -1,0 +1,118 @@
+"""The `rllib` command, back for Ray 2.60 (which removed RLlib's own) and aware of DAPO.
+
+    rllib train file <python file> [--stop JSON] [--no-tune] [--checkpoint-freq N] ...
+    rllib evaluate <checkpoint> [--data FILE] [--num-samples K] [--out JSON]
+    rllib export <checkpoint> <out dir>
+    rllib plot <run dir> [--out PNG]
+
+`train file` takes any file that defines an AlgorithmConfig named `config` (and optionally a
+`stop` dict), as the removed tool did: DAPO's tuned examples, or a stock PPO CartPole config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _json_dict(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}; expected e.g. '{{\"training_iteration\": 20}}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object like '{{\"training_iteration\": 20}}', got {text!r}")
+    return value
+
+
+def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Options shared by `rllib train file` and `python <tuned example>`."""
+    parser.add_argument("--stop", type=_json_dict, default=None, help='stop criteria as JSON, e.g. \'{"training_iteration": 20}\' (default: the file\'s `stop`)')
+    parser.add_argument("--config", dest="config_overrides", type=_json_dict, default=None, help='settings that replace the file\'s, as JSON, e.g. \'{"lr": 1e-5, "num_env_runners": 0}\'')
+    parser.add_argument("--no-tune", action="store_true", help="train in this process instead of as a Ray Tune experiment")
+    parser.add_argument("--storage-path", default="runs", help="parent directory of the run directory (default: ./runs)")
+    parser.add_argument("--name", default=None, help="run (experiment) name; default <Algorithm>_<date>_<time>")
+    parser.add_argument("--checkpoint-freq", type=int, default=0, help="save a checkpoint every N iterations (0: never)")
+    parser.add_argument("--checkpoint-at-end", action=argparse.BooleanOptionalAction, default=True, help="save a checkpoint when the run stops (default: on)")
+    parser.add_argument("--num-samples", type=int, default=1, help="Tune: samples of the config's search space (each grid point this many times)")
+    parser.add_argument("--restore", default=None, help="checkpoint to resume from: iteration counter, weights, optimizer, data position")
+    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all)")
+    return parser
+
+
+def train_options_parser() -> argparse.ArgumentParser:
+    return add_train_options(argparse.ArgumentParser(description="Train this tuned example (options as for `rllib train file`)."))
+
+
+def _train(args) -> None:
+    from dapo_rllib.train import TrainOptions, load_config_file, train
+
+    config, stop = load_config_file(args.file)
+    options = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__}
+    train(config, TrainOptions(**options | {"stop": args.stop or stop}))
+
+
+def _evaluate(args) -> None:
+    from dapo_rllib.evaluation import evaluate_checkpoint
+
+    evaluate_checkpoint(args.checkpoint, data=args.data, num_samples=args.num_samples, max_problems=args.max_problems, out=args.out)
+
+
+def _export(args) -> None:
+    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
+
+    out = export_hf_model_from_checkpoint(args.checkpoint, args.out_dir)
+    print(f"Hugging Face model directory: {out} (load with AutoModelForCausalLM.from_pretrained or vllm.LLM)")
+
+
+def _plot(args) -> None:
+    from dapo_rllib.plot import plot_run
+
+    print(f"plot: {plot_run(args.run_dir, args.out)}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rllib", description="RLlib's command line (train, evaluate, export, plot), with DAPO registered.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,plot}")
+
+    train = commands.add_parser("train", help="train from a Python config file: rllib train file <file>")
+    train_kinds = train.add_subparsers(dest="kind", required=True, metavar="{file}")
+    train_file = train_kinds.add_parser("file", help="train the AlgorithmConfig named `config` in a Python file")
+    train_file.add_argument("file", help="Python file defining `config` (an AlgorithmConfig) and optionally `stop` (a dict)")
+    add_train_options(train_file).set_defaults(func=_train)
+
+    evaluate = commands.add_parser("evaluate", help="evaluate a checkpoint's policy with the algorithm's evaluation API")
+    evaluate.add_argument("checkpoint", help="algorithm checkpoint directory (checkpoint_NNNNNN)")
+    evaluate.add_argument("--data", default=None, help="DAPO: evaluation dataset (.parquet/.jsonl in the DAPO row format, or 'arithmetic')")
+    evaluate.add_argument("--num-samples", type=int, default=None, help="DAPO: samples per problem, the k of avg@k (default: the checkpoint's eval_num_samples)")
+    evaluate.add_argument("--max-problems", type=int, default=None, help="DAPO: evaluate on at most this many problems")
+    evaluate.add_argument("--out", default=None, help="also write the results as JSON to this file")
+    evaluate.set_defaults(func=_evaluate)
+
+    export = commands.add_parser("export", help="write a DAPO checkpoint's policy as a Hugging Face model directory")
+    export.add_argument("checkpoint", help="algorithm checkpoint directory")
+    export.add_argument("out_dir", help="output directory (save_pretrained layout, tokenizer included)")
+    export.set_defaults(func=_export)
+
+    plot = commands.add_parser("plot", help="draw a DAPO run's curves into one PNG")
+    plot.add_argument("run_dir", help="run directory (or Tune experiment directory) with TensorBoard event files")
+    plot.add_argument("--out", default=None, help="PNG path (default: <run_dir>/dapo_curves.png)")
+    plot.set_defaults(func=_plot)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import dapo_rllib  # noqa: F401  (registers "DAPO" and the environments)
+
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"rllib {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Terminal progress: a one-line summary per training iteration, for any RLlib algorithm."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ray import tune
+
+from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, readable_scalars
+
+# DAPO's summary fields: (readable tag, label, format).
+_DAPO_FIELDS = (
+    ("rollout/acc_mean", "acc", "{:.3f}"),
+    ("rollout/reward_mean", "reward", "{:+.3f}"),
+    ("rollout/generation_rounds", "rounds", "{:.0f}"),
+    ("rollout/response_length_mean", "len", "{:.1f}"),
+    ("learner/entropy", "entropy", "{:.3f}"),
+    ("learner/policy_loss", "loss", "{:+.4f}"),
+    ("learner/pg_clipfrac_high", "clip_high", "{:.3f}"),
+    ("learner/lr", "lr", "{:.2e}"),
+    ("eval/accuracy", "eval_acc", "{:.3f}"),
+)
+
+
+def lookup(result: dict, path: str, default: Any = None) -> Any:
+    """`result["a"]["b"]` for path "a/b" (Tune's flattened stop keys), else `default`."""
+    node: Any = result
+    for key in path.split("/"):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def summary_line(result: dict) -> str:
+    """`iter 3 | acc 0.512 reward +0.024 ... | 2.1s`: DAPO's metrics, or the episode return."""
+    scalars = readable_scalars(result)
+    if "rollout/acc_mean" in scalars:
+        fields = [f"{label} {fmt.format(scalars[tag])}" for tag, label, fmt in _DAPO_FIELDS if tag in scalars]
+        kept = f"groups {scalars.get('rollout/groups_kept', 0):.0f}/{scalars.get('rollout/groups_generated', 0):.0f}"
+        fields.insert(3, kept)
+    else:
+        ret = lookup(result, "env_runners/episode_return_mean")
+        fields = [f"return {ret:.2f}"] if ret is not None else []
+        fields.append(f"env steps {lookup(result, 'env_runners/num_env_steps_sampled_lifetime', 0):.0f}")
+    before = lookup(result, f"{EVAL_BEFORE_TRAINING}/accuracy")
+    if before is not None and not math.isnan(before):
+        fields.append(f"eval_acc_before {before:.3f}")
+    return f"iter {result['training_iteration']:>3} | " + "  ".join(fields) + f" | {result.get('time_this_iter_s', 0.0):.1f}s"
+
+
+class IterationSummary(tune.Callback):
+    """Prints `summary_line` for each reported result of each trial (Tune path)."""
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        print(f"[{trial.trial_id}] {summary_line(result)}", flush=True)

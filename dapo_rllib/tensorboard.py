@@ -1,0 +1,90 @@
+"""DAPO's training results as TensorBoard scalars with readable names.
+
+RLlib's result dict nests metrics by where they were computed; a DAPO user looks for them by
+what they measure. The tags written here:
+
+    rollout/...   sampling: reward_mean, acc_mean, response_length_mean/max, truncation_ratio,
+                  generation_rounds, groups_kept, groups_kept_fraction, ...
+    learner/...   the update: policy_loss, entropy, pg_clipfrac_low/high/dual, approx_kl,
+                  grad_norm, mean_token_prob, lr, ...
+    timing/...    wall time of generation, scoring, old log-probs, update, weight sync, the
+                  whole iteration, and generated tokens per second
+    eval/...      held-out evaluation (step 0: before training)
+    progress/...  lifetime counters
+
+The step of every scalar is the training iteration.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Iterator
+
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EVALUATION_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+#: Result key of the evaluation DAPO runs before its first training step.
+EVAL_BEFORE_TRAINING = "evaluation_before_training"
+
+# RLlib counters that only say how the batch was cut; not worth a chart.
+_LEARNER_SKIP = ("num_", "weights_seq_no", "module_train_batch_size_mean")
+_RENAMES = {"default_optimizer_learning_rate": "lr"}
+
+
+def _numeric_leaves(section: Any) -> Iterator[tuple[str, float]]:
+    if isinstance(section, dict):
+        for key, value in section.items():
+            # RLlib reports a metric that was not logged this iteration as NaN.
+            if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value):
+                yield str(key), float(value)
+
+
+def readable_scalars(result: dict) -> dict[str, float]:
+    """The tags above, from one `Algorithm.train()` result."""
+    scalars: dict[str, float] = {}
+    for prefix in ("rollout", "timing"):
+        scalars.update({f"{prefix}/{k}": v for k, v in _numeric_leaves(result.get(prefix))})
+    learners = result.get(LEARNER_RESULTS, {})
+    for section in (learners, learners.get(DEFAULT_MODULE_ID)):
+        for key, value in _numeric_leaves(section):
+            if not key.startswith(_LEARNER_SKIP):
+                scalars[f"learner/{_RENAMES.get(key, key)}"] = value
+    evaluation = result.get(EVALUATION_RESULTS, {}).get(ENV_RUNNER_RESULTS)
+    scalars.update({f"eval/{k}": v for k, v in _numeric_leaves(evaluation)})
+    if "time_this_iter_s" in result:
+        scalars["timing/iteration_s"] = float(result["time_this_iter_s"])
+    sampled = result.get(ENV_RUNNER_RESULTS, {}).get(NUM_ENV_STEPS_SAMPLED_LIFETIME)
+    if sampled is not None:
+        scalars["progress/env_steps_sampled"] = float(sampled)
+    return scalars
+
+
+class TensorBoardWriter:
+    """Writes `readable_scalars` of each result into event files under `logdir`."""
+
+    def __init__(self, logdir: str | Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.logdir = Path(logdir)
+        self._writer = SummaryWriter(log_dir=str(self.logdir))
+
+    def write(self, result: dict) -> None:
+        """One `Algorithm.train()` result, at its training iteration."""
+        before = result.get(EVAL_BEFORE_TRAINING)
+        self._add({f"eval/{k}": v for k, v in _numeric_leaves(before)}, step=0)
+        self._add(readable_scalars(result), step=int(result["training_iteration"]))
+
+    def write_evaluation(self, eval_results: dict, step: int) -> None:
+        """An `Algorithm.evaluate()` result obtained outside `train()`."""
+        self._add({f"eval/{k}": v for k, v in _numeric_leaves(eval_results.get(ENV_RUNNER_RESULTS))}, step=step)
+
+    def _add(self, scalars: dict[str, float], step: int) -> None:
+        for tag, value in scalars.items():
+            self._writer.add_scalar(tag, value, step)
+        # A run can be killed any time; what was logged must be on disk.
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()

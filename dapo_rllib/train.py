@@ -1,0 +1,264 @@
+"""Training runs the way RLlib's removed `rllib train file` ran them, for any AlgorithmConfig.
+
+A run goes either in process (`no_tune=True`: build the algorithm, call `train()` until a stop
+criterion is met) or as a Ray Tune experiment (one trial per sample of the config's search
+space). Both write into `<storage_path>/<name>`: checkpoints, DAPO's TensorBoard event files
+and its plot. The run ends with a table of trials and, for DAPO, the line
+
+    eval accuracy: <before training> -> <after training>
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import runpy
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.tune.search.sample import Domain
+from ray.tune.utils import flatten_dict
+
+from dapo_rllib.progress import IterationSummary, lookup, summary_line
+from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING
+
+EVAL_ACCURACY = "evaluation/env_runners/accuracy"
+EPISODE_RETURN = "env_runners/episode_return_mean"
+
+
+@dataclass
+class TrainOptions:
+    """The options of `rllib train file` (see `dapo_rllib.cli`)."""
+
+    stop: dict[str, float]
+    config_overrides: dict[str, Any] | None = None
+    storage_path: str = "runs"
+    name: str | None = None
+    checkpoint_freq: int = 0
+    checkpoint_at_end: bool = True
+    num_samples: int = 1
+    no_tune: bool = False
+    restore: str | None = None
+    num_cpus: int | None = None
+
+
+@dataclass
+class TrialOutcome:
+    """One trial's row in the final table."""
+
+    name: str
+    params: dict[str, Any]
+    iterations: int
+    logdir: str
+    checkpoint: str | None
+    last: dict[str, Any] = field(default_factory=dict)  # last value of every flattened metric
+
+    @property
+    def eval_before(self) -> float | None:
+        return self.last.get(f"{EVAL_BEFORE_TRAINING}/accuracy")
+
+    @property
+    def eval_after(self) -> float | None:
+        return self.last.get(EVAL_ACCURACY)
+
+
+def load_config_file(path: str | Path) -> tuple[AlgorithmConfig, dict | None]:
+    """`config` (an AlgorithmConfig) and the optional `stop` dict defined by a Python file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+    # Not "__main__": the file's own command-line entry point must not run.
+    namespace = runpy.run_path(str(path), run_name="__rllib_train_file__")
+    config = namespace.get("config")
+    if not isinstance(config, AlgorithmConfig):
+        raise ValueError(f"{str(path)!r} must define an AlgorithmConfig named `config`; found {type(config).__name__}")
+    stop = namespace.get("stop")
+    if stop is not None and not isinstance(stop, dict):
+        raise ValueError(f"`stop` in {str(path)!r} must be a dict like {{'training_iteration': 20}}, got {stop!r}")
+    return config, stop
+
+
+def search_space_keys(config: AlgorithmConfig) -> list[str]:
+    """Settings of `config` that Tune samples (grid_search, choice, ...)."""
+    return [k for k, v in config.to_dict().items() if isinstance(v, Domain) or (isinstance(v, dict) and "grid_search" in v)]
+
+
+def train(config: AlgorithmConfig, opts: TrainOptions) -> list[TrialOutcome]:
+    """Run `config` until `opts.stop`; print the trial table and where everything went."""
+    if not opts.stop:
+        raise ValueError("no stop criteria: pass --stop '{\"training_iteration\": N}' or define `stop` in the config file")
+    if opts.restore is not None and not Path(opts.restore).is_dir():
+        raise FileNotFoundError(f"checkpoint to restore {opts.restore!r} does not exist")
+    if opts.config_overrides:
+        config = with_overrides(config, opts.config_overrides)
+    name = opts.name or f"{config.algo_class.__name__}_{time.strftime('%Y%m%d_%H%M%S')}"
+    run_dir = Path(opts.storage_path).resolve() / name
+    ray.init(num_cpus=opts.num_cpus, ignore_reinit_error=True, include_dashboard=False)
+    searched = search_space_keys(config)
+    if opts.no_tune:
+        if searched or opts.num_samples != 1:
+            raise ValueError(f"--no-tune trains one config; the search space over {searched} (num_samples={opts.num_samples}) needs Ray Tune (drop --no-tune)")
+        outcomes = [_train_in_process(config, opts, run_dir)]
+    else:
+        outcomes = _train_with_tune(config, opts, run_dir, searched)
+    print_report(outcomes, searched, run_dir)
+    return outcomes
+
+
+def with_overrides(config: AlgorithmConfig, overrides: dict[str, Any]) -> AlgorithmConfig:
+    """A copy of `config` with `overrides` applied; unknown setting names are an error."""
+    unknown = sorted(k for k in overrides if not hasattr(config, k))
+    if unknown:
+        raise ValueError(f"--config names unknown settings {unknown} of {type(config).__name__}")
+    return config.copy(copy_frozen=False).update_from_dict(overrides)
+
+
+def _is_dapo(config: AlgorithmConfig) -> bool:
+    from dapo_rllib.dapo import DAPOConfig
+
+    return isinstance(config, DAPOConfig)
+
+
+def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path) -> TrialOutcome:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = config.copy(copy_frozen=False)
+    if _is_dapo(config):
+        config.reporting(tensorboard_dir=str(run_dir))
+    print(f"building {config.algo_class.__name__} ...", flush=True)
+    algo = config.build_algo()
+    if opts.restore:
+        algo.restore_from_path(opts.restore)
+        print(f"resumed from {opts.restore} at iteration {algo.iteration}", flush=True)
+    last: dict[str, Any] = {}
+    checkpoint = None
+    try:
+        while True:
+            result = algo.train()
+            last.update(_reported(flatten_dict(result)))
+            print(summary_line(result), flush=True)
+            iteration = result["training_iteration"]
+            done = _stop_reached(result, opts.stop)
+            if (opts.checkpoint_freq and iteration % opts.checkpoint_freq == 0) or (done and opts.checkpoint_at_end):
+                checkpoint = str(run_dir / f"checkpoint_{iteration:06d}")
+                algo.save_to_path(checkpoint)
+                print(f"checkpoint: {checkpoint}", flush=True)
+            if done:
+                break
+        if _is_dapo(config) and EVAL_ACCURACY not in flatten_dict(result):
+            # The stop came between evaluation_interval ticks: the user still wants the final number.
+            final = algo.evaluate()
+            algo.log_evaluation(final)
+            last.update({f"evaluation/{k}": v for k, v in flatten_dict(final).items()})
+            print(f"final evaluation: accuracy {last[EVAL_ACCURACY]:.3f}", flush=True)
+    finally:
+        algo.stop()
+    return TrialOutcome(name=run_dir.name, params={}, iterations=iteration, logdir=str(run_dir), checkpoint=checkpoint, last=last)
+
+
+def _reported(flat: dict[str, Any]) -> dict[str, Any]:
+    """Metrics that have a value (RLlib reports one not logged this iteration as NaN)."""
+    return {k: v for k, v in flat.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+
+
+def _stop_reached(result: dict, stop: dict[str, float]) -> bool:
+    """Tune's rule: stop as soon as any criterion's metric reaches its value."""
+    for key, threshold in stop.items():
+        value = lookup(result, key)
+        if value is None:
+            raise ValueError(f"stop criterion {key!r} is not in the training results; top-level keys: {sorted(result)}")
+        if value >= threshold:
+            return True
+    return False
+
+
+def _restore_on_init(checkpoint: str, algorithm, **kwargs) -> None:
+    algorithm.restore_from_path(checkpoint)
+
+
+def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path, searched: list[str]) -> list[TrialOutcome]:
+    if opts.restore:
+        config = config.copy(copy_frozen=False).callbacks(on_algorithm_init=partial(_restore_on_init, str(Path(opts.restore).resolve())))
+    tuner = tune.Tuner(
+        config.algo_class,
+        param_space=config,
+        tune_config=tune.TuneConfig(num_samples=opts.num_samples),
+        run_config=tune.RunConfig(
+            name=run_dir.name,
+            storage_path=str(run_dir.parent),
+            stop=opts.stop,
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=opts.checkpoint_freq, checkpoint_at_end=opts.checkpoint_at_end),
+            callbacks=[IterationSummary()],
+            verbose=1,
+        ),
+    )
+    outcomes = []
+    for result in tuner.fit():
+        if result.error:
+            print(f"trial {Path(result.path).name} failed: {result.error}", flush=True)
+        frame = result.metrics_dataframe
+        last = {}
+        if frame is not None:
+            last = _reported({col: frame[col].dropna().iloc[-1] for col in frame.columns if frame[col].notna().any()})
+        outcomes.append(
+            TrialOutcome(
+                name=str(last.get("trial_id", Path(result.path).name)),
+                params={k: result.config.get(k) for k in searched},
+                iterations=int(last.get("training_iteration", 0)),
+                logdir=result.path,
+                checkpoint=result.checkpoint.path if result.checkpoint else None,
+                last=last,
+            )
+        )
+    return outcomes
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Path) -> None:
+    """The trial table, the eval accuracy line, and where logs, plot and checkpoints went."""
+    columns = ["trial", *searched, "iters", "eval acc before", "eval acc after", "episode return"]
+    rows = [
+        [o.name, *(_fmt(o.params.get(k)) for k in searched), str(o.iterations), _fmt(o.eval_before), _fmt(o.eval_after), _fmt(o.last.get(EPISODE_RETURN))]
+        for o in outcomes
+    ]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    print()
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    for row in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+    (run_dir / "trials.json").write_text(json.dumps([o.__dict__ | {"last": {k: _jsonable(v) for k, v in o.last.items()}} for o in outcomes], indent=1, default=str))
+    print()
+    print(f"run directory:  {run_dir}  (trial table: trials.json)")
+    if any(run_dir.rglob("events.out.tfevents.*")):
+        print(f"TensorBoard:    tensorboard --logdir {run_dir}")
+    from dapo_rllib.plot import find_runs, plot_run
+
+    if find_runs(run_dir):  # DAPO runs; other algorithms have no DAPO curves to draw
+        print(f"plot:           {plot_run(run_dir)}")
+    for o in outcomes:
+        if o.checkpoint:
+            print(f"checkpoint:     {o.checkpoint}")
+    if len(outcomes) == 1 and outcomes[0].eval_before is not None and outcomes[0].eval_after is not None:
+        print(f"eval accuracy: {outcomes[0].eval_before:.3f} -> {outcomes[0].eval_after:.3f}")
+
+
+def _jsonable(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def run_example(config: AlgorithmConfig, stop: dict[str, float]) -> list[TrialOutcome]:
+    """Entry point of a tuned example file: `python <file> [train options]`."""
+    from dapo_rllib.cli import train_options_parser
+
+    args = train_options_parser().parse_args()
+    return train(config, TrainOptions(**vars(args) | {"stop": args.stop or stop}))
