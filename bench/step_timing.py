@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import runpy
-import sys
 import time
 from pathlib import Path
 
@@ -24,18 +22,15 @@ import ray
 
 import dapo_rllib  # noqa: F401
 from dapo_rllib.env_runner import build_vllm_engine
+from dapo_rllib.train import load_config_file
 from envs.math_env import MathEnv
 
 TINY_EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "dapo" / "tiny_arithmetic_dapo.py"
 
 
 def tiny_example_config():
-    """The main job's config, read from its tuned example (which parses its own arguments)."""
-    argv, sys.argv = sys.argv, [str(TINY_EXAMPLE)]
-    try:
-        return runpy.run_path(str(TINY_EXAMPLE), run_name="tuned_example")["config"]
-    finally:
-        sys.argv = argv
+    """The main job's config, read from its tuned example."""
+    return load_config_file(TINY_EXAMPLE)[0]
 
 
 def bare_vllm_tokens_per_s(config, num_prompts: int) -> float:

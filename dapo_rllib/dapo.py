@@ -226,8 +226,9 @@ class DAPOConfig(AlgorithmConfig):
         """RLlib's reporting settings, plus where DAPO writes its TensorBoard event files.
 
         Args:
-            tensorboard_dir: Directory of the event files (see `dapo_rllib.tensorboard`).
-                None: the algorithm's log directory (under Ray Tune, the trial directory).
+            tensorboard_dir: Directory for DAPO's TensorBoard event files when the algorithm
+                runs in process (see `dapo_rllib.tensorboard`). None: none written; under Ray
+                Tune, `dapo_rllib.tensorboard.TensorBoardCallback` writes them instead.
         """
         super().reporting(**kwargs)
         if tensorboard_dir is not NotProvided:
@@ -368,26 +369,23 @@ class DAPO(Algorithm):
 
     def log_result(self, result: dict) -> None:
         super().log_result(result)
-        self._tensorboard_writer().write(result)
+        if self.config.tensorboard_dir:
+            self._tensorboard_writer().write(result)
 
     def log_evaluation(self, eval_results: dict) -> None:
         """Record an `evaluate()` made outside `train()` in TensorBoard, at the current iteration."""
-        self._tensorboard_writer().write_evaluation(eval_results, step=self.iteration)
+        if self.config.tensorboard_dir:
+            self._tensorboard_writer().write_evaluation(eval_results, step=self.iteration)
 
     def _tensorboard_writer(self) -> TensorBoardWriter:
         if self._tensorboard is None:
-            self._tensorboard = TensorBoardWriter(self.tensorboard_dir)
+            self._tensorboard = TensorBoardWriter(self.config.tensorboard_dir)
         return self._tensorboard
 
     def cleanup(self) -> None:
         if self._tensorboard is not None:
             self._tensorboard.close()
         super().cleanup()
-
-    @property
-    def tensorboard_dir(self) -> str:
-        """Where this run's TensorBoard event files go."""
-        return str(self.config.tensorboard_dir or self.logdir)
 
     def export_hf_model(self, out_dir) -> str:
         """Save the current policy as a Hugging Face model directory (weights and tokenizer)."""

@@ -12,7 +12,12 @@ what they measure. The tags written here:
     eval/...      held-out evaluation (step 0: before training)
     progress/...  lifetime counters
 
-The step of every scalar is the training iteration.
+The step of every scalar is the training iteration. Where the files go:
+
+- in process: `DAPOConfig.reporting(tensorboard_dir=...)` makes the algorithm write them
+  (`rllib train file ... --no-tune` sets it to the run directory);
+- under Ray Tune: `TensorBoardCallback` writes them into each trial's directory, next to Tune's
+  own files (`rllib train file` adds it; with `tune.Tuner`, pass it in `RunConfig(callbacks=...)`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.tune.logger import LoggerCallback
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EVALUATION_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 #: Result key of the evaluation DAPO runs before its first training step.
@@ -88,3 +94,24 @@ class TensorBoardWriter:
 
     def close(self) -> None:
         self._writer.close()
+
+
+class TensorBoardCallback(LoggerCallback):
+    """Ray Tune callback: each trial's results as readable scalars in the trial directory."""
+
+    def __init__(self):
+        self._writers: dict[Any, TensorBoardWriter] = {}
+
+    def log_trial_start(self, trial) -> None:
+        trial.init_local_path()
+        self._writers[trial] = TensorBoardWriter(trial.local_path)
+
+    def log_trial_result(self, iteration: int, trial, result: dict) -> None:
+        if trial not in self._writers:
+            self.log_trial_start(trial)
+        self._writers[trial].write(result)
+
+    def log_trial_end(self, trial, failed: bool = False) -> None:
+        writer = self._writers.pop(trial, None)
+        if writer is not None:
+            writer.close()

@@ -26,7 +26,7 @@ from ray.tune.search.sample import Domain
 from ray.tune.utils import flatten_dict
 
 from dapo_rllib.progress import IterationSummary, lookup, summary_line
-from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING
+from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardCallback
 
 EVAL_ACCURACY = "evaluation/env_runners/accuracy"
 EPISODE_RETURN = "env_runners/episode_return_mean"
@@ -193,7 +193,7 @@ def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path,
             storage_path=str(run_dir.parent),
             stop=opts.stop,
             checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=opts.checkpoint_freq, checkpoint_at_end=opts.checkpoint_at_end),
-            callbacks=[IterationSummary()],
+            callbacks=[IterationSummary(), TensorBoardCallback()],
             verbose=1,
         ),
     )

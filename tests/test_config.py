@@ -1,14 +1,13 @@
 """DAPOConfig: reference defaults, validation messages, and the tuned examples' configs."""
 
 import json
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
 
 import dapo_rllib  # noqa: F401
 from dapo_rllib.dapo import DAPO, DAPOConfig
+from dapo_rllib.train import load_config_file, search_space_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,23 +67,31 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
         DAPOConfig().training(model_path=str(tmp_path / "nope")).validate()
 
 
-def load_example(name, argv):
-    old = sys.argv
-    sys.argv = [name, *argv]
-    try:
-        return runpy.run_path(str(ROOT / "tuned_examples" / "dapo" / name), run_name="tuned_example")["config"]
-    finally:
-        sys.argv = old
+def load_example(name):
+    return load_config_file(ROOT / "tuned_examples" / "dapo" / name)
 
 
-def test_reference_32b_example_builds_and_validates(model_dir):
-    config = load_example("qwen2_5_32b_dapo_math.py", ["--model-path", model_dir, "--train-data", "x.parquet"])
+def test_reference_32b_example_builds_and_validates(model_dir, monkeypatch):
+    monkeypatch.setenv("DAPO_MODEL_PATH", model_dir)
+    config, stop = load_example("qwen2_5_32b_dapo_math.py")
     config.validate()
+    assert stop == {"training_iteration": 300}
     assert (config.group_size, config.train_batch_size_prompts, config.max_response_length, config.model_dtype) == (16, 512, 20480, "bfloat16")
     assert config.num_gpus_per_env_runner == 1
 
 
 def test_tiny_example_config_validates(tiny_model_path):
-    config = load_example("tiny_arithmetic_dapo.py", [])
+    config, stop = load_example("tiny_arithmetic_dapo.py")
     config.validate()
     assert config.model_path == tiny_model_path
+    assert stop == {"training_iteration": 40}
+
+
+def test_sweep_example_grid_searches_clip_high_and_group_size(tiny_model_path):
+    config, stop = load_example("tiny_arithmetic_sweep.py")
+    assert sorted(search_space_keys(config)) == ["clip_eps_high", "group_size"]
+    assert config.clip_eps_high == {"grid_search": [0.2, 0.28, 0.35]}
+    assert config.group_size == {"grid_search": [4, 8]}
+    # One trial at a time on 2 CPUs: the driver + learner and one env runner, 1 CPU each.
+    assert (config.num_cpus_for_main_process, config.num_env_runners, config.num_cpus_per_env_runner) == (1, 1, 1)
+    assert stop == {"training_iteration": 12}

@@ -1,0 +1,208 @@
+"""The `rllib` command end to end, in subprocesses, as a user runs it.
+
+One short DAPO run in process and one Ray Tune sweep of the tiny example are shared by the tests
+of TensorBoard files, plots, evaluation and export.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_dapo.py"
+SWEEP = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_sweep.py"
+PPO = ROOT / "tests" / "configs" / "ppo_cartpole.py"
+RLLIB = [str(Path(sys.executable).with_name("rllib"))]
+# Small, fast evaluation for the tests: 16 held-out problems, 2 samples each.
+FAST_EVAL = {"eval_max_problems": 16, "eval_num_samples": 2}
+
+# Every DAPO metric a user watches, under its TensorBoard name.
+TENSORBOARD_TAGS = [
+    "learner/policy_loss", "learner/entropy", "learner/pg_clipfrac_low", "learner/pg_clipfrac_high",
+    "learner/pg_clipfrac_dual", "learner/approx_kl", "learner/grad_norm", "learner/mean_token_prob", "learner/lr",
+    "rollout/reward_mean", "rollout/acc_mean", "rollout/response_length_mean", "rollout/response_length_max",
+    "rollout/truncation_ratio", "rollout/generation_rounds", "rollout/groups_kept",
+    "timing/generation_s", "timing/scoring_s", "timing/old_log_probs_s", "timing/update_s", "timing/weight_sync_s",
+    "timing/generation_tokens_per_s", "timing/iteration_s", "eval/accuracy",
+]
+
+
+def rllib(*args, cwd, timeout=600):
+    """Run the installed `rllib` console script; returns (exit code, stdout + stderr)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run([*RLLIB, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def run_ok(*args, cwd, timeout=600):
+    code, out = rllib(*args, cwd=cwd, timeout=timeout)
+    assert code == 0, out[-4000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def dapo_run(tiny_model_path, tmp_path_factory):
+    """`rllib train file <tiny example> --no-tune` for 2 iterations, a checkpoint after each."""
+    work = tmp_path_factory.mktemp("dapo_run")
+    out = run_ok(
+        "train", "file", TINY, "--no-tune", "--stop", '{"training_iteration": 2}', "--checkpoint-freq", "1",
+        "--config", json.dumps(FAST_EVAL), "--name", "tiny", "--num-cpus", "2", cwd=work,
+    )
+    return dict(out=out, run_dir=work / "runs" / "tiny")
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tiny_model_path, tmp_path_factory):
+    """The sweep example through Ray Tune: 6 trials of 1 iteration, one at a time."""
+    work = tmp_path_factory.mktemp("sweep")
+    out = run_ok(
+        "train", "file", SWEEP, "--stop", '{"training_iteration": 1}', "--config", json.dumps(FAST_EVAL),
+        "--name", "sweep", "--num-cpus", "2", cwd=work, timeout=900,
+    )
+    return dict(out=out, run_dir=work / "runs" / "sweep")
+
+
+def scalar_tags(logdir: Path) -> set[str]:
+    from dapo_rllib.plot import read_scalars
+
+    return set(read_scalars(logdir))
+
+
+def test_help_lists_the_subcommands():
+    out = run_ok("--help", cwd=ROOT)
+    for command in ("train", "evaluate", "export", "plot"):
+        assert command in out
+    assert "file" in run_ok("train", "--help", cwd=ROOT)
+
+
+def test_ppo_cartpole_trains_in_process_and_checkpoints(tmp_path):
+    out = run_ok("train", "file", PPO, "--no-tune", "--name", "ppo", "--num-cpus", "2", cwd=tmp_path)
+    assert "iter   2 | return" in out
+    assert (tmp_path / "runs" / "ppo" / "checkpoint_000002" / "rllib_checkpoint.json").is_file()
+    trials = json.loads((tmp_path / "runs" / "ppo" / "trials.json").read_text())
+    assert trials[0]["iterations"] == 2 and trials[0]["last"]["env_runners/episode_return_mean"] > 0
+
+
+def test_ppo_cartpole_trains_as_a_tune_experiment(tmp_path):
+    out = run_ok("train", "file", PPO, "--stop", '{"training_iteration": 1}', "--name", "ppo", "--num-cpus", "2", cwd=tmp_path)
+    assert "iter   1 | return" in out
+    checkpoints = list((tmp_path / "runs" / "ppo").glob("PPO_*/checkpoint_*"))
+    assert len(checkpoints) == 1, out[-3000:]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "file", "nowhere.py"], "config file 'nowhere.py' does not exist"),
+        (["train", "file", __file__], "must define an AlgorithmConfig named `config`"),
+        (["train", "file", str(PPO), "--config", '{"lrr": 1}'], "unknown settings ['lrr']"),
+        (["train", "file", str(PPO), "--stop", "[1]"], "expected a JSON object"),
+        (["evaluate", "nowhere"], "is not an RLlib algorithm checkpoint"),
+        (["plot", "nowhere"], "run directory 'nowhere' does not exist"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tmp_path, args, message):
+    code, out = rllib(*args, cwd=tmp_path)
+    assert code == 2
+    assert message in out
+
+
+def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
+    out, run_dir = dapo_run["out"], dapo_run["run_dir"]
+    assert "[DAPO] generation round 1:" in out and "samples scored" in out
+    assert "iter   2 | acc" in out
+    assert "eval accuracy: " in out
+    for line in (f"run directory:  {run_dir}", f"TensorBoard:    tensorboard --logdir {run_dir}", f"plot:           {run_dir / 'dapo_curves.png'}"):
+        assert line in out
+    assert sorted(p.name for p in run_dir.glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
+
+
+def test_tensorboard_files_of_an_in_process_run_hold_every_dapo_metric(dapo_run):
+    tags = scalar_tags(dapo_run["run_dir"])
+    assert set(TENSORBOARD_TAGS) <= tags, sorted(set(TENSORBOARD_TAGS) - tags)
+
+
+def test_sweep_runs_every_grid_point_and_prints_the_trial_table(sweep_run):
+    out, run_dir = sweep_run["out"], sweep_run["run_dir"]
+    trials = json.loads((run_dir / "trials.json").read_text())
+    grid = sorted((t["params"]["clip_eps_high"], t["params"]["group_size"]) for t in trials)
+    assert grid == [(0.2, 4), (0.2, 8), (0.28, 4), (0.28, 8), (0.35, 4), (0.35, 8)]
+    header = next(line for line in out.splitlines() if line.startswith("trial "))
+    assert {"clip_eps_high", "group_size", "iters", "before", "after"} <= set(header.split())
+    for t in trials:
+        assert 0.0 <= t["last"]["evaluation_before_training/accuracy"] <= 1.0
+        assert t["iterations"] == 1
+
+
+def test_tensorboard_files_of_tune_trials_hold_every_dapo_metric(sweep_run):
+    trial_dirs = [p for p in sweep_run["run_dir"].iterdir() if p.is_dir() and p.name.startswith("DAPO_")]
+    assert len(trial_dirs) == 6
+    for trial_dir in trial_dirs:
+        tags = scalar_tags(trial_dir)
+        # Evaluation runs before training only, with a 12-iteration interval and a 1-iteration stop.
+        assert set(TENSORBOARD_TAGS) <= tags, sorted(set(TENSORBOARD_TAGS) - tags)
+
+
+def test_plot_renders_a_non_blank_png_from_a_real_run(dapo_run, tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "curves.png"
+    assert f"plot: {out}" in run_ok("plot", dapo_run["run_dir"], "--out", out, cwd=tmp_path)
+    with Image.open(out) as image:
+        assert image.format == "PNG"
+        pixels = np.asarray(image.convert("RGB"))
+    assert pixels.shape == (800, 1500, 3)
+    # Lines in several colours on a white background, not a blank canvas.
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50
+    assert (pixels < 200).any(axis=-1).mean() > 0.01
+
+
+def test_plot_draws_every_trial_of_a_sweep(sweep_run):
+    from dapo_rllib.plot import find_runs
+
+    assert len(find_runs(sweep_run["run_dir"])) == 6
+    assert (sweep_run["run_dir"] / "dapo_curves.png").is_file()
+
+
+def test_evaluate_a_checkpoint_on_another_dataset(dapo_run, tmp_path):
+    from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
+
+    data = tmp_path / "eval.jsonl"
+    write_jsonl(map(problem_to_row, generate_arithmetic_problems("test", 6)), data)
+    results = tmp_path / "results.json"
+    checkpoint = dapo_run["run_dir"] / "checkpoint_000002"
+    out = run_ok("evaluate", checkpoint, "--data", data, "--num-samples", "3", "--out", results, cwd=tmp_path)
+    assert "env_runners/accuracy" in out
+    numbers = json.loads(results.read_text())["results"]
+    assert numbers["env_runners/num_problems"] == 6
+    assert numbers["env_runners/avg@3_accuracy"] == numbers["env_runners/accuracy"]
+    assert 0.0 <= numbers["env_runners/accuracy"] <= 1.0
+
+
+def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_path, tiny_model_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from vllm import LLM, SamplingParams
+
+    from dapo_rllib.checkpoints import policy_module_path
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    out_dir = tmp_path / "hf"
+    run_ok("export", dapo_run["run_dir"] / "checkpoint_000002", out_dir, cwd=tmp_path)
+    exported = AutoModelForCausalLM.from_pretrained(out_dir)
+    trained = RLModule.from_checkpoint(policy_module_path(dapo_run["run_dir"] / "checkpoint_000002")).model
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    for name, param in exported.state_dict().items():
+        np.testing.assert_array_equal(param.numpy(), trained.state_dict()[name].numpy())
+    assert not np.array_equal(exported.state_dict()["model.embed_tokens.weight"].numpy(), base.state_dict()["model.embed_tokens.weight"].numpy())
+    tokenizer = AutoTokenizer.from_pretrained(out_dir)
+    assert tokenizer.get_vocab() == AutoTokenizer.from_pretrained(tiny_model_path).get_vocab()
+
+    llm = LLM(model=str(out_dir), max_model_len=160, enforce_eager=True, gpu_memory_utilization=0.1, enable_chunked_prefill=False)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 + 7?"}], add_generation_prompt=True, tokenize=False)
+    completion = llm.generate([prompt], SamplingParams(max_tokens=16, temperature=0), use_tqdm=False)[0].outputs[0]
+    assert len(completion.token_ids) > 0
