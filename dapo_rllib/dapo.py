@@ -330,6 +330,21 @@ class DAPO(Algorithm):
         super().setup(config)
         self._tensorboard: TensorBoardWriter | None = None
         self._evaluated_before_training = False
+        self.num_evaluations = 0  # calls of the evaluation function so far
+
+    def step(self) -> dict:
+        """RLlib's step, without the evaluation results it repeats from earlier iterations.
+
+        RLlib's metrics keep reporting the last evaluation until the next one; a curve (and the
+        "accuracy after training") must only show evaluations made in the iteration reported.
+        """
+        evaluations, first_iteration = self.num_evaluations, self.iteration == 0
+        results = super().step()
+        if self.num_evaluations == evaluations:
+            results.pop(EVALUATION_RESULTS, None)
+        if not first_iteration:
+            results.pop(EVAL_BEFORE_TRAINING, None)
+        return results
 
     def training_step(self) -> None:
         cfg = self.config
@@ -547,6 +562,7 @@ def evaluate_heldout(algorithm: DAPO, eval_env_runner_group) -> tuple[dict, int,
     weights `Algorithm.evaluate` has just synced).
     """
     results = heldout_results(algorithm, eval_env_runner_group or algorithm.env_runner_group)
+    algorithm.num_evaluations += 1
     # Evaluate() reads results back as merged stats, the way eval env runners report theirs.
     algorithm.metrics.aggregate([_as_stats(results)], key=(EVALUATION_RESULTS, ENV_RUNNER_RESULTS))
     return results, results["num_samples"], results["num_samples"]
