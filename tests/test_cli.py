@@ -122,6 +122,21 @@ def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
     assert sorted(p.name for p in run_dir.glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
 
 
+def test_restore_repeats_iteration_two_from_the_checkpoint_of_iteration_one(dapo_run, tmp_path):
+    out = run_ok(
+        "train", "file", TINY, "--no-tune", "--restore", dapo_run["run_dir"] / "checkpoint_000001", "--stop", '{"training_iteration": 2}',
+        "--config", json.dumps(FAST_EVAL), "--name", "resumed", "--num-cpus", "2", cwd=tmp_path,
+    )
+    assert "at iteration 1" in out
+    original = json.loads((dapo_run["run_dir"] / "trials.json").read_text())[0]["last"]
+    resumed = json.loads((tmp_path / "runs" / "resumed" / "trials.json").read_text())[0]["last"]
+    assert resumed["training_iteration"] == original["training_iteration"] == 2
+    # Same prompts and completions (data position, seeds), same LR schedule position.
+    for key in ("rollout/acc_mean", "rollout/reward_mean", "rollout/response_length_mean", "learners/default_policy/default_optimizer_learning_rate"):
+        assert resumed[key] == original[key], key
+    assert resumed["learners/default_policy/policy_loss"] == pytest.approx(original["learners/default_policy/policy_loss"], rel=1e-5)
+
+
 def test_tensorboard_files_of_an_in_process_run_hold_every_dapo_metric(dapo_run):
     tags = scalar_tags(dapo_run["run_dir"])
     assert set(TENSORBOARD_TAGS) <= tags, sorted(set(TENSORBOARD_TAGS) - tags)
