@@ -125,6 +125,15 @@ def test_dynamic_sampling_stops_at_the_cap_with_a_clear_error(ray_session, tiny_
         algo.stop()
 
 
+def test_export_hf_model_writes_the_learner_weights(trained, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = trained["algo"].export_hf_model(tmp_path / "hf")
+    exported = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    for name, value in learner_weights(trained["algo"]).items():
+        np.testing.assert_array_equal(exported[name].numpy(), value, err_msg=name)
+    assert (tmp_path / "hf" / "tokenizer.json").is_file() or (tmp_path / "hf" / "tokenizer_config.json").is_file()
+
 @pytest.fixture(scope="module")
 def resumed(trained):
     """Iterations 3 and 4 twice: by a new algorithm restored from the checkpoint taken after
@@ -153,3 +162,4 @@ def test_resumed_run_continues_exactly_where_it_stopped(resumed):
     # Optimizer state and LR schedule came back too: the weights after 4 iterations agree.
     for name, value in resumed["continued_weights"].items():
         np.testing.assert_allclose(resumed["resumed_weights"][name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
