@@ -2,17 +2,21 @@
 
 `import dapo_rllib` registers the algorithm with Ray Tune as "DAPO" and the math environment as
 "dapo_math". The pure math in `dapo_rllib.core_algos` needs only torch, so the package imports
-without Ray too (nothing is registered then).
+without Ray too (nothing is registered then). Processes that need no Ray (the scoring child of
+`dapo_rllib.rewards.scoring_process`) set $DAPO_RLLIB_NO_REGISTRATION to skip it.
 """
 
+import os
+
 __version__ = "0.1.0"
+NO_REGISTRATION_ENV = "DAPO_RLLIB_NO_REGISTRATION"
 
 try:
     import ray  # noqa: F401
 except ModuleNotFoundError:  # only the pure math is usable then
     ray = None
 
-if ray is not None:
+if ray is not None and not os.environ.get(NO_REGISTRATION_ENV):
     from dapo_rllib.registry import register_all
 
     register_all()

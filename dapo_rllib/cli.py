@@ -1,8 +1,9 @@
 """The `rllib` command, back for Ray 2.60 (which removed RLlib's own) and aware of DAPO.
 
     rllib train file <python file> [--stop JSON] [--no-tune] [--checkpoint-freq N] ...
-    rllib evaluate <checkpoint> [--data FILE] [--num-samples K] [--out JSON]
+    rllib evaluate <model dir | checkpoint> --data FILE [--num-samples N] [--out JSON]
     rllib export <checkpoint> <out dir>
+    rllib data convert <problems.jsonl|.parquet|.csv> <out.parquet> [--tokenizer DIR --max-prompt-length N]
     rllib plot <run dir> [--out PNG]
 
 `train file` takes any file that defines an AlgorithmConfig named `config` (and optionally a
@@ -54,9 +55,10 @@ def _train(args) -> None:
 
 
 def _evaluate(args) -> None:
-    from dapo_rllib.evaluation import evaluate_checkpoint
+    from dapo_rllib.evaluation import evaluate
 
-    evaluate_checkpoint(args.checkpoint, data=args.data, num_samples=args.num_samples, max_problems=args.max_problems, out=args.out)
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "func", "model")}
+    evaluate(args.model, **options)
 
 
 def _export(args) -> None:
@@ -73,8 +75,10 @@ def _plot(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rllib", description="RLlib's command line (train, evaluate, export, plot), with DAPO registered.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,plot}")
+    from dapo_rllib.data.convert import add_convert_arguments, run_convert
+
+    parser = argparse.ArgumentParser(prog="rllib", description="RLlib's command line (train, evaluate, export, data, plot), with DAPO registered.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,data,plot}")
 
     train = commands.add_parser("train", help="train from a Python config file: rllib train file <file>")
     train_kinds = train.add_subparsers(dest="kind", required=True, metavar="{file}")
@@ -82,18 +86,32 @@ def build_parser() -> argparse.ArgumentParser:
     train_file.add_argument("file", help="Python file defining `config` (an AlgorithmConfig) and optionally `stop` (a dict)")
     add_train_options(train_file).set_defaults(func=_train)
 
-    evaluate = commands.add_parser("evaluate", help="evaluate a checkpoint's policy with the algorithm's evaluation API")
-    evaluate.add_argument("checkpoint", help="algorithm checkpoint directory (checkpoint_NNNNNN)")
-    evaluate.add_argument("--data", default=None, help="DAPO: evaluation dataset (.parquet/.jsonl in the DAPO row format, or 'arithmetic')")
-    evaluate.add_argument("--num-samples", type=int, default=None, help="DAPO: samples per problem, the k of avg@k (default: the checkpoint's eval_num_samples)")
-    evaluate.add_argument("--max-problems", type=int, default=None, help="DAPO: evaluate on at most this many problems")
-    evaluate.add_argument("--out", default=None, help="also write the results as JSON to this file")
+    evaluate = commands.add_parser("evaluate", help="validation metrics (avg@n, pass@k, maj@n, ...) of a model directory or checkpoint")
+    evaluate.add_argument("model", help="Hugging Face model directory, or algorithm checkpoint directory (checkpoint_NNNNNN)")
+    evaluate.add_argument("--data", default=None, help="DAPO-format .parquet/.jsonl eval file (e.g. ../shared/data/aime-2024.parquet) or 'arithmetic' (default for checkpoints: their eval dataset)")
+    evaluate.add_argument("--num-samples", type=int, default=None, help="n, samples per problem (avg@n); default: the copies of each problem in the file (32 for AIME 2024), else the checkpoint's eval_num_samples (32)")
+    evaluate.add_argument("--max-problems", type=int, default=None, help="evaluate the first N problems only")
+    evaluate.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 1.0, the paper's)")
+    evaluate.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 0.7, the paper's)")
+    evaluate.add_argument("--scorer", default=None, help="scorer for every data source: math_dapo, math_verify or module:function (default: by data source)")
+    evaluate.add_argument("--score-timeout", dest="score_timeout_s", type=float, default=None, help="seconds to score one sample before it counts as wrong (default 10)")
+    evaluate.add_argument("--max-prompt-length", type=int, default=None, help="prompt tokens, left-truncated (default: the checkpoint's, or 2048 cut to the model's context)")
+    evaluate.add_argument("--max-response-length", type=int, default=None, help="generation limit in tokens (default: the checkpoint's, or 20480 cut to the model's context)")
+    evaluate.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="vLLM dtype (default: the checkpoint's, or float32)")
+    evaluate.add_argument("--vllm-engine-kwargs", type=_json_dict, default=None, help='extra vllm.LLM arguments as JSON, e.g. \'{"tensor_parallel_size": 4}\'')
+    evaluate.add_argument("--out", default=None, help="JSON results file (default: eval_results/<model>__<data>__n<n>.json)")
     evaluate.set_defaults(func=_evaluate)
 
     export = commands.add_parser("export", help="write a DAPO checkpoint's policy as a Hugging Face model directory")
     export.add_argument("checkpoint", help="algorithm checkpoint directory")
     export.add_argument("out_dir", help="output directory (save_pretrained layout, tokenizer included)")
     export.set_defaults(func=_export)
+
+    data = commands.add_parser("data", help="dataset tools: rllib data convert <in> <out.parquet>")
+    data_tools = data.add_subparsers(dest="tool", required=True, metavar="{convert}")
+    convert = data_tools.add_parser("convert", help="turn a jsonl/parquet/csv file of problems and answers into DAPO rows (deduplicated, templated, parquet)")
+    add_convert_arguments(convert)
+    convert.set_defaults(func=run_convert)
 
     plot = commands.add_parser("plot", help="draw a DAPO run's curves into one PNG")
     plot.add_argument("run_dir", help="run directory (or Tune experiment directory) with TensorBoard event files")

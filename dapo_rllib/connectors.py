@@ -27,6 +27,7 @@ GROUP_ID = "group_id"
 SCORE = "score"
 ACC = "acc"
 TRUNCATED = "truncated"
+SCORE_TIMED_OUT = "score_timed_out"  # scoring ran out of time: scored wrong, counted
 # Training-batch columns added here.
 OLD_LOGP = "old_logp"
 LOSS_MASK = Columns.LOSS_MASK

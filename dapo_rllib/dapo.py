@@ -23,11 +23,14 @@ from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_LEARNER_GROUP, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+from ray.tune.utils import flatten_dict
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     ENV_RUNNER_SAMPLING_TIMER,
     EVALUATION_RESULTS,
     LEARNER_RESULTS,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_EPISODES,
     LEARNER_UPDATE_TIMER,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     SYNCH_WORKER_WEIGHTS_TIMER,
@@ -35,12 +38,13 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
-from dapo_rllib import core_algos
+from dapo_rllib import core_algos, eval_metrics
 from dapo_rllib.connectors import (
     ACC,
     GROUP_ID,
     OLD_LOGP_TIME_KEY,
     SCORE,
+    SCORE_TIMED_OUT,
     TRUNCATED,
     GroupAdvantages,
     PadTokenBatch,
@@ -54,6 +58,7 @@ ROLLOUT = "rollout"  # metrics key of the per-step sampling statistics
 TIMING = "timing"  # metrics key of the per-step wall-time split
 FILTER_METRICS = {"acc": ACC, "score": SCORE}
 REMOTE_ENV_RUNNER_STATES = "remote_env_runner_states"  # checkpoint key, see DAPO.get_state
+PROBLEM_SOURCE_KEYS = ("dataset", "split", "num_problems")  # env config keys that eval_dataset replaces
 
 
 class DAPOConfig(AlgorithmConfig):
@@ -93,10 +98,12 @@ class DAPOConfig(AlgorithmConfig):
         self.max_response_length = 20480
         self.temperature = 1.0
         self.top_p = 1.0
-        self.eval_temperature = 1.0
-        self.eval_top_p = 0.7
+        # Validation (see .evaluation()).
+        self.eval_dataset = None
         self.eval_num_samples = 32
         self.eval_max_problems = None
+        self.eval_temperature = 1.0
+        self.eval_top_p = 0.7
         self.val_before_train = True
         # Reporting.
         self.tensorboard_dir = None
@@ -136,11 +143,6 @@ class DAPOConfig(AlgorithmConfig):
         max_response_length: int = NotProvided,
         temperature: float = NotProvided,
         top_p: float = NotProvided,
-        eval_temperature: float = NotProvided,
-        eval_top_p: float = NotProvided,
-        eval_num_samples: int = NotProvided,
-        eval_max_problems: int | None = NotProvided,
-        val_before_train: bool = NotProvided,
         group_size: int = NotProvided,
         train_batch_size_prompts: int = NotProvided,
         gen_batch_size_prompts: int = NotProvided,
@@ -176,12 +178,6 @@ class DAPOConfig(AlgorithmConfig):
                 (`prompts_left_truncated`). Reference 2048.
             max_response_length: L_max, generation limit in tokens. Reference 20480.
             temperature, top_p: Rollout sampling. Reference 1.0, 1.0.
-            eval_temperature, eval_top_p: Evaluation sampling. Reference 1.0, 0.7.
-            eval_num_samples: k of avg@k in evaluation. Reference 32.
-            eval_max_problems: Evaluate on at most this many held-out problems (None: all).
-            val_before_train: Evaluate once before the first training step (reported as
-                `evaluation_before_training` in the first result, `eval/*` at step 0 in
-                TensorBoard). Skipped when resuming from a checkpoint.
             group_size: G, completions sampled per prompt. Reference 16.
             train_batch_size_prompts: Prompts (groups) per training step. Reference 512.
             gen_batch_size_prompts: Prompts per generation round. Reference 1536.
@@ -215,12 +211,56 @@ class DAPOConfig(AlgorithmConfig):
                 Reference script 10 (paper 20).
             weight_decay: AdamW weight decay. Reference 0.1.
         """
-        settings = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
+        self._set_provided(locals())
         super().training(**kwargs)
-        for name, value in settings.items():
-            if value is not NotProvided:
-                setattr(self, name, value)
         return self
+
+    def evaluation(
+        self,
+        *,
+        eval_dataset: str | None = NotProvided,
+        eval_num_samples: int = NotProvided,
+        eval_max_problems: int | None = NotProvided,
+        eval_temperature: float = NotProvided,
+        eval_top_p: float = NotProvided,
+        val_before_train: bool = NotProvided,
+        **kwargs,
+    ) -> "DAPOConfig":
+        """RLlib's evaluation settings (evaluation_interval: every how many training iterations),
+        plus how DAPO validates: n samples per problem, reported per data source as avg@n,
+        pass@k, maj@n, response length and truncation ratio (see `dapo_rllib.eval_metrics`).
+
+        Args:
+            eval_dataset: The validation problems: a DAPO-format .parquet/.jsonl file (e.g.
+                the AIME 2024 file) or "arithmetic" (its held-out test split). It replaces the
+                problem source of the env config ("dataset", "split", "num_problems"); the
+                env's other settings (scorer, scoring timeout) carry over. None: the env of
+                `evaluation_config`, by default the training env's "test" split.
+            eval_num_samples: n, samples per problem (avg@n). Reference 32.
+            eval_max_problems: Validate on the first this-many problems only (None: all).
+            eval_temperature, eval_top_p: Validation sampling. Reference 1.0, 0.7.
+            val_before_train: Validate once before the first training step (reported as
+                `evaluation_before_training` in the first result, at step 0 in TensorBoard).
+                Skipped when resuming from a checkpoint.
+        """
+        self._set_provided(locals())
+        super().evaluation(**kwargs)
+        return self
+
+    def _set_provided(self, arguments: dict) -> None:
+        """Set the keyword arguments of a settings method that the caller provided."""
+        for name, value in arguments.items():
+            if name not in ("self", "kwargs", "__class__") and value is not NotProvided:
+                setattr(self, name, value)
+
+    def evaluation_env_config(self) -> dict:
+        """The env config the validation environment is built with."""
+        base = self if self.in_evaluation else self.get_evaluation_config_object()
+        env_config = dict(base.env_config)
+        if self.eval_dataset is not None:
+            # "split" matters to the arithmetic generator only: its held-out half.
+            env_config = {k: v for k, v in env_config.items() if k not in PROBLEM_SOURCE_KEYS} | {"dataset": self.eval_dataset, "split": "test"}
+        return env_config
 
     def reporting(self, *, tensorboard_dir: str | None = NotProvided, **kwargs) -> "DAPOConfig":
         """RLlib's reporting settings, plus where DAPO writes its TensorBoard event files.
@@ -285,6 +325,8 @@ class DAPOConfig(AlgorithmConfig):
     def _validate_dapo_settings(self) -> None:
         from pathlib import Path
 
+        from envs.math_env import ARITHMETIC_DATASET
+
         def need(ok: bool, message: str) -> None:
             if not ok:
                 self._value_error(message)
@@ -304,6 +346,11 @@ class DAPOConfig(AlgorithmConfig):
         need(self.kl_coef >= 0, f"kl_coef={self.kl_coef} must be >= 0")
         need(self.kl_penalty in core_algos.KL_PENALTY_KINDS, f"kl_penalty={self.kl_penalty!r}; expected one of {core_algos.KL_PENALTY_KINDS}")
         need(self.temperature > 0, f"temperature={self.temperature} must be > 0 (log-probs are of softmax(logits / temperature))")
+        need(self.eval_max_problems is None or (isinstance(self.eval_max_problems, int) and self.eval_max_problems >= 1), f"eval_max_problems={self.eval_max_problems!r} must be a positive integer or None (all problems)")
+        need(
+            self.eval_dataset is None or self.eval_dataset == ARITHMETIC_DATASET or Path(self.eval_dataset).is_file(),
+            f"eval_dataset={self.eval_dataset!r} is neither {ARITHMETIC_DATASET!r} nor an existing .parquet/.jsonl file",
+        )
         need(self.eval_temperature >= 0, f"eval_temperature={self.eval_temperature} must be >= 0")
         need(0 < self.top_p <= 1 and 0 < self.eval_top_p <= 1, f"top_p={self.top_p} and eval_top_p={self.eval_top_p} must be in (0, 1]")
         need(self.lr_warmup_steps >= 0 and self.weight_decay >= 0, f"lr_warmup_steps={self.lr_warmup_steps} and weight_decay={self.weight_decay} must be >= 0")
@@ -378,7 +425,6 @@ class DAPO(Algorithm):
     def _evaluate_before_training(self) -> None:
         print("[DAPO] evaluating before the first training step ...", flush=True)
         results = heldout_results(self, self.eval_env_runner_group or self.env_runner_group)
-        print(f"[DAPO] accuracy before training: {results['accuracy']:.3f} on {results['num_problems']} problems", flush=True)
         self.metrics.aggregate([_as_stats(results)], key=EVAL_BEFORE_TRAINING)
         self._evaluated_before_training = True
 
@@ -521,6 +567,7 @@ class DAPO(Algorithm):
             "groups_all_correct_fraction": float(np.mean([a.min() == 1 for a in accs])),
             "groups_all_wrong_fraction": float(np.mean([a.max() == 0 for a in accs])),
             "truncation_ratio": float(np.mean([bool(episode_value(ep, TRUNCATED)) for ep in episodes])),
+            "scoring_timeouts": sum(bool(episode_value(ep, SCORE_TIMED_OUT)) for ep in episodes),
             "response_length_mean": float(lengths.mean()),
             "response_length_max": int(lengths.max()),
             "reward_mean": float(np.mean([ep.get_return() for ep in episodes])),
@@ -556,7 +603,7 @@ def informative_groups(groups: list[list], metric_key: str) -> list[list]:
 
 
 def evaluate_heldout(algorithm: DAPO, eval_env_runner_group) -> tuple[dict, int, int]:
-    """avg@k accuracy on the evaluation env (RLlib's `custom_evaluation_function` hook).
+    """Validation metrics per data source (RLlib's `custom_evaluation_function` hook).
 
     Runs on the evaluation env runners if there are any, else on the training ones (whose
     weights `Algorithm.evaluate` has just synced).
@@ -564,12 +611,13 @@ def evaluate_heldout(algorithm: DAPO, eval_env_runner_group) -> tuple[dict, int,
     results = heldout_results(algorithm, eval_env_runner_group or algorithm.env_runner_group)
     algorithm.num_evaluations += 1
     # Evaluate() reads results back as merged stats, the way eval env runners report theirs.
-    algorithm.metrics.aggregate([_as_stats(results)], key=(EVALUATION_RESULTS, ENV_RUNNER_RESULTS))
-    return results, results["num_samples"], results["num_samples"]
+    algorithm.metrics.aggregate([_as_stats(results)], key=EVALUATION_RESULTS)
+    num_samples = results[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED]
+    return results, num_samples, num_samples
 
 
-def heldout_results(algorithm: DAPO, group) -> dict[str, float]:
-    """avg@k accuracy and response length on the evaluation env, over `group`'s runners."""
+def heldout_results(algorithm: DAPO, group) -> dict[str, Any]:
+    """{data source: avg@n, pass@k, maj@n, ...} on the validation env, over `group`'s runners."""
     cfg = algorithm.config
     local = group.num_remote_env_runners() == 0
     start = time.perf_counter()
@@ -577,22 +625,18 @@ def heldout_results(algorithm: DAPO, group) -> dict[str, float]:
         lambda er: er.evaluate(num_samples=cfg.eval_num_samples, max_problems=cfg.eval_max_problems),
         local_env_runner=local,
     )
-    accs = [a for s in shards for a in s["acc_per_problem"]]
-    lengths = [n for s in shards for n in s["response_lengths"]]
-    results = {
-        f"avg@{cfg.eval_num_samples}_accuracy": float(np.mean(accs)),
-        "accuracy": float(np.mean(accs)),
-        "num_problems": len(accs),
-        "num_samples": len(lengths),
-        "response_length_mean": float(np.mean(lengths)),
-        "eval_time_s": time.perf_counter() - start,
-    }
+    problems = sorted((record for shard in shards for record in shard), key=lambda r: r["problem_index"])
+    results: dict[str, Any] = eval_metrics.summarize([eval_metrics.ProblemSamples.from_record(r) for r in problems])
+    elapsed = time.perf_counter() - start
+    num_samples = sum(m["num_samples"] for m in results.values())
+    results[ENV_RUNNER_RESULTS] = {NUM_ENV_STEPS_SAMPLED: num_samples, NUM_EPISODES: num_samples, "eval_time_s": elapsed}
+    print(f"[DAPO] validation ({elapsed:.1f} s): {eval_metrics.headline(results)}", flush=True)
     return results
 
 
-def _as_stats(results: dict[str, float]) -> dict:
-    """`results` as reduced MetricsLogger stats, ready for `MetricsLogger.aggregate`."""
+def _as_stats(results: dict[str, Any]) -> dict:
+    """(Nested) `results` as reduced MetricsLogger stats, ready for `MetricsLogger.aggregate`."""
     logger = MetricsLogger(root=False)
-    for key, value in results.items():
-        logger.log_value(key, value, window=1)
+    for key, value in flatten_dict(results, delimiter="\0").items():
+        logger.log_value(tuple(key.split("\0")), value, window=1)
     return logger.reduce()

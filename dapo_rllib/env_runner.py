@@ -37,9 +37,11 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 from ray.tune.registry import ENV_CREATOR, _global_registry
+from tqdm import tqdm
 
 from dapo_rllib import core_algos
-from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, TRUNCATED
+from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, SCORE_TIMED_OUT, TRUNCATED
+from dapo_rllib.data.prompts import render_prompt_ids
 from dapo_rllib.rl_module import hf_weights
 
 
@@ -128,8 +130,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     # ----- sampling ------------------------------------------------------------------------
     def _prompt_ids(self, messages) -> list[int]:
-        """Chat-template the prompt; left-truncate to max_prompt_length (DAPO keeps the end)."""
-        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, return_dict=False)
+        """The prompt as the model sees it (chat template where the tokenizer has one),
+        left-truncated to max_prompt_length (DAPO keeps the end)."""
+        ids = render_prompt_ids(self.tokenizer, messages)
         limit = self.config.max_prompt_length
         if len(ids) > limit:
             self.metrics.log_value(PROMPTS_TRUNCATED, 1, reduce="sum")
@@ -162,11 +165,11 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         entropy = [self.config.seed or 0, self.worker_index, *stream]
         return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
 
-    def _generate(self, prompt_ids: list[list[int]], params):
+    def _generate(self, prompt_ids: list[list[int]], params, progress: bool = False):
         from vllm.inputs import TokensPrompt
 
         start = time.perf_counter()
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params, use_tqdm=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params, use_tqdm=progress)
         elapsed = time.perf_counter() - start
         num_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
         self.metrics.log_value(GENERATION_TIME, elapsed, reduce="sum")
@@ -233,6 +236,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
                 SCORE: score,
                 ACC: float(info["acc"]),
                 TRUNCATED: truncated,
+                SCORE_TIMED_OUT: bool(info[SCORE_TIMED_OUT]),
                 "overlong_penalty": penalty,
                 WEIGHTS_SEQ_NO: self._weights_seq_no,
             },
@@ -241,20 +245,20 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     # ----- evaluation on the held-out split ---------------------------------------------
     def _evaluation_env(self) -> gym.Env:
-        """The env of the evaluation config (`config.evaluation(evaluation_config=...)`)."""
-        if self.config.in_evaluation:
-            return self.env
+        """The validation env: `config.evaluation_env_config()` (eval_dataset, evaluation_config)."""
         if self._eval_env is None:
-            eval_cfg = self.config.get_evaluation_config_object()
-            self._eval_env = make_env(eval_cfg.env, eval_cfg.env_config, self.worker_index, self.num_workers)
+            eval_cfg = self.config if self.config.in_evaluation else self.config.get_evaluation_config_object()
+            self._eval_env = make_env(eval_cfg.env, self.config.evaluation_env_config(), self.worker_index, self.num_workers)
         return self._eval_env
 
-    def evaluate(self, *, num_samples: int, max_problems: int | None = None) -> dict[str, Any]:
-        """avg@num_samples over this runner's shard of the evaluation problems.
+    def evaluate(self, *, num_samples: int, max_problems: int | None = None, progress: bool = False) -> list[dict[str, Any]]:
+        """`num_samples` scored samples of each problem in this runner's shard of the validation set.
 
-        Problems are split round-robin over the runners (worker_index 1..n; a local runner
-        takes them all), each problem scored `num_samples` times with the evaluation
-        sampling settings. Returns per-problem accuracies so the caller can average exactly.
+        Problems (the first `max_problems`, or all) are split round-robin over the runners
+        (worker_index 1..n; a local runner takes them all) and sampled with the evaluation
+        settings and a fixed seed per problem, so successive evaluations differ only by the
+        weights. Returns one record per problem (see `dapo_rllib.eval_metrics.ProblemSamples`);
+        the caller merges the shards and computes the metrics. `progress` shows progress bars.
         """
         env = self._evaluation_env()
         count = env.num_problems if max_problems is None else min(max_problems, env.num_problems)
@@ -262,13 +266,26 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         mine = [i for i in range(count) if i % shards == max(self.worker_index - 1, 0)]
         prompts = [self._prompt_ids(env.problem(i).messages) for i in mine]
         seeds = [self._request_seed(EVAL_STREAM, i) for i in mine]
-        outputs = self._generate(prompts, self._sampling_params(n=num_samples, explore=False, seeds=seeds))
-        per_problem, lengths = [], []
+        outputs = self._generate(prompts, self._sampling_params(n=num_samples, explore=False, seeds=seeds), progress=progress)
+        scoring = tqdm(total=len(mine) * num_samples, desc="scoring", unit="sample", disable=not progress)
+        records = []
         for i, out in zip(mine, outputs):
-            accs = [self._score(env, i, c)[1]["acc"] for c in out.outputs]
-            per_problem.append(float(np.mean(accs)))
-            lengths.extend(len(c.token_ids) for c in out.outputs)
-        return {"problem_indices": mine, "acc_per_problem": per_problem, "response_lengths": lengths}
+            infos = [self._score(env, i, c)[1] for c in out.outputs]
+            scoring.update(len(infos))
+            records.append(
+                {
+                    "problem_index": i,
+                    "data_source": env.problem(i).data_source,
+                    "ground_truth": env.problem(i).ground_truth,
+                    "acc": [bool(info["acc"]) for info in infos],
+                    "pred": [info["pred"] for info in infos],
+                    "length": [len(c.token_ids) for c in out.outputs],
+                    "truncated": [c.finish_reason == "length" for c in out.outputs],
+                    "timed_out": [bool(info[SCORE_TIMED_OUT]) for info in infos],
+                }
+            )
+        scoring.close()
+        return records
 
     # ----- weights and state -------------------------------------------------------------
     def load_weights(self, state_dict: dict[str, Any]) -> None:

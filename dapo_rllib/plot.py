@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 
-# Panel title -> the tags drawn in it (see dapo_rllib.tensorboard).
+# Panel title -> the tags drawn in it (see dapo_rllib.tensorboard); shell-style patterns allowed.
 PANELS: dict[str, tuple[str, ...]] = {
     "reward and accuracy": ("rollout/reward_mean", "rollout/acc_mean"),
-    "validation accuracy": ("eval/accuracy",),
+    "validation avg@n": ("evaluation/*/avg@*",),
     "response length": ("rollout/response_length_mean", "rollout/response_length_max"),
     "entropy": ("learner/entropy",),
     "clip fractions": ("learner/pg_clipfrac_low", "learner/pg_clipfrac_high", "learner/pg_clipfrac_dual"),
@@ -35,13 +36,17 @@ def read_scalars(logdir: Path) -> dict[str, tuple[list[int], list[float]]]:
 
 def find_runs(run_dir: Path) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
     """Runs under `run_dir` (name relative to it) with at least one DAPO tag."""
-    wanted = {tag for tags in PANELS.values() for tag in tags}
+    patterns = [tag for tags in PANELS.values() for tag in tags]
     runs = {}
     for logdir in sorted({p.parent for p in run_dir.rglob("events.out.tfevents.*")}):
         series = read_scalars(logdir)
-        if wanted & set(series):
+        if any(_matching(series, pattern) for pattern in patterns):
             runs[str(logdir.relative_to(run_dir)) or run_dir.name] = series
     return runs
+
+
+def _matching(series: dict, pattern: str) -> list[str]:
+    return sorted(fnmatch.filter(series, pattern))
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -61,10 +66,9 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for ax, (title, tags) in zip(axes.flat, PANELS.items()):
         for run_name, series in runs.items():
-            for tag in tags:
-                if tag in series:
-                    label = tag.split("/", 1)[1] if len(runs) == 1 else f"{run_name}: {tag.split('/', 1)[1]}"
-                    ax.plot(*series[tag], marker="." if len(series[tag][0]) < 30 else None, label=label)
+            for tag in (t for pattern in tags for t in _matching(series, pattern)):
+                label = tag.split("/", 1)[1] if len(runs) == 1 else f"{run_name}: {tag.split('/', 1)[1]}"
+                ax.plot(*series[tag], marker="." if len(series[tag][0]) < 30 else None, label=label)
         ax.set_title(title)
         ax.set_xlabel("training iteration")
         ax.grid(alpha=0.3)

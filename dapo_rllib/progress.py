@@ -6,7 +6,9 @@ import math
 from typing import Any
 
 from ray import tune
+from ray.rllib.utils.metrics import EVALUATION_RESULTS
 
+from dapo_rllib.eval_metrics import headline_values
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, readable_scalars
 
 # DAPO's summary fields: (readable tag, label, format).
@@ -19,7 +21,6 @@ _DAPO_FIELDS = (
     ("learner/policy_loss", "loss", "{:+.4f}"),
     ("learner/pg_clipfrac_high", "clip_high", "{:.3f}"),
     ("learner/lr", "lr", "{:.2e}"),
-    ("eval/accuracy", "eval_acc", "{:.3f}"),
 )
 
 
@@ -44,9 +45,8 @@ def summary_line(result: dict) -> str:
         ret = lookup(result, "env_runners/episode_return_mean")
         fields = [f"return {ret:.2f}"] if ret is not None else []
         fields.append(f"env steps {lookup(result, 'env_runners/num_env_steps_sampled_lifetime', 0):.0f}")
-    before = lookup(result, f"{EVAL_BEFORE_TRAINING}/accuracy")
-    if before is not None and not math.isnan(before):
-        fields.append(f"eval_acc_before {before:.3f}")
+    for section, label in ((EVAL_BEFORE_TRAINING, "before training "), (EVALUATION_RESULTS, "")):
+        fields += [f"eval {label}{name} {value:.3f}" for name, value in headline_values(result.get(section) or {}).items() if not math.isnan(value)]
     return f"iter {result['training_iteration']:>3} | " + "  ".join(fields) + f" | {result.get('time_this_iter_s', 0.0):.1f}s"
 
 

@@ -7,9 +7,11 @@ what they measure. The tags written here:
                   generation_rounds, groups_kept, groups_kept_fraction, ...
     learner/...   the update: policy_loss, entropy, pg_clipfrac_low/high/dual, approx_kl,
                   grad_norm, mean_token_prob, lr, ...
-    timing/...    wall time of generation, scoring, old log-probs, update, weight sync, the
-                  whole iteration, and generated tokens per second
-    eval/...      held-out evaluation (step 0: before training)
+    timing/...    wall time of generation, scoring, old log-probs, update, weight sync,
+                  validation, the whole iteration, and generated tokens per second
+    evaluation/<data source>/...
+                  validation: avg@n, pass@k, maj@n, response_length_mean, truncation_ratio,
+                  scoring_timeouts, num_problems, num_samples (step 0: before training)
     progress/...  lifetime counters
 
 The step of every scalar is the training iteration. Where the files go:
@@ -57,13 +59,23 @@ def readable_scalars(result: dict) -> dict[str, float]:
         for key, value in _numeric_leaves(section):
             if not key.startswith(_LEARNER_SKIP):
                 scalars[f"learner/{_RENAMES.get(key, key)}"] = value
-    evaluation = result.get(EVALUATION_RESULTS, {}).get(ENV_RUNNER_RESULTS)
-    scalars.update({f"eval/{k}": v for k, v in _numeric_leaves(evaluation)})
+    scalars.update(evaluation_scalars(result.get(EVALUATION_RESULTS)))
     if "time_this_iter_s" in result:
         scalars["timing/iteration_s"] = float(result["time_this_iter_s"])
     sampled = result.get(ENV_RUNNER_RESULTS, {}).get(NUM_ENV_STEPS_SAMPLED_LIFETIME)
     if sampled is not None:
         scalars["progress/env_steps_sampled"] = float(sampled)
+    return scalars
+
+
+def evaluation_scalars(evaluation: dict | None) -> dict[str, float]:
+    """`evaluation/<data source>/<metric>` of one validation, and its wall time."""
+    scalars = {}
+    for source, metrics in (evaluation or {}).items():
+        if source == ENV_RUNNER_RESULTS:
+            scalars.update({"timing/evaluation_s": v for k, v in _numeric_leaves(metrics) if k == "eval_time_s"})
+        else:
+            scalars.update({f"{EVALUATION_RESULTS}/{source}/{k}": v for k, v in _numeric_leaves(metrics)})
     return scalars
 
 
@@ -78,13 +90,12 @@ class TensorBoardWriter:
 
     def write(self, result: dict) -> None:
         """One `Algorithm.train()` result, at its training iteration."""
-        before = result.get(EVAL_BEFORE_TRAINING)
-        self._add({f"eval/{k}": v for k, v in _numeric_leaves(before)}, step=0)
+        self._add(evaluation_scalars(result.get(EVAL_BEFORE_TRAINING)), step=0)
         self._add(readable_scalars(result), step=int(result["training_iteration"]))
 
     def write_evaluation(self, eval_results: dict, step: int) -> None:
         """An `Algorithm.evaluate()` result obtained outside `train()`."""
-        self._add({f"eval/{k}": v for k, v in _numeric_leaves(eval_results.get(ENV_RUNNER_RESULTS))}, step=step)
+        self._add(evaluation_scalars(eval_results), step=step)
 
     def _add(self, scalars: dict[str, float], step: int) -> None:
         for tag, value in scalars.items():

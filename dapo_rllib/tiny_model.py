@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
+from dapo_rllib.data.prompts import render_prompt_ids
 
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
@@ -89,10 +90,6 @@ def build_tokenizer(corpus: list[str]):
     )
 
 
-def _chat_prompt(tokenizer, messages) -> list[int]:
-    return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, return_dict=False)
-
-
 def _sft_examples(tokenizer, num_examples: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, response ids + eos) pairs of training-split problems."""
     rng = np.random.default_rng(seed)
@@ -104,7 +101,7 @@ def _sft_examples(tokenizer, num_examples: int, seed: int) -> list[tuple[list[in
         style = ANSWER_STYLES[rng.choice(len(ANSWER_STYLES), p=weights / weights.sum())][1]
         response = worked_solution(problem.prompt_text, style)
         response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        examples.append((_chat_prompt(tokenizer, problem.messages), response_ids))
+        examples.append((render_prompt_ids(tokenizer, problem.messages), response_ids))
     return examples
 
 

@@ -5,7 +5,7 @@ criterion is met) or as a Ray Tune experiment (one trial per sample of the confi
 space). Both write into `<storage_path>/<name>`: checkpoints, DAPO's TensorBoard event files
 and its plot. The run ends with a table of trials and, for DAPO, the line
 
-    eval accuracy: <before training> -> <after training>
+    validation <data source>/avg@n: <before training> -> <after training>
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from typing import Any
 import ray
 from ray import tune
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.utils.metrics import EVALUATION_RESULTS
 from ray.tune.search.sample import Domain
 from ray.tune.utils import flatten_dict
 
 from dapo_rllib.progress import IterationSummary, lookup, summary_line
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardCallback
 
-EVAL_ACCURACY = "evaluation/env_runners/accuracy"
 EPISODE_RETURN = "env_runners/episode_return_mean"
 
 
@@ -60,12 +60,18 @@ class TrialOutcome:
     last: dict[str, Any] = field(default_factory=dict)  # last value of every flattened metric
 
     @property
-    def eval_before(self) -> float | None:
-        return self.last.get(f"{EVAL_BEFORE_TRAINING}/accuracy")
+    def eval_before(self) -> dict[str, float]:
+        """{"<data source>/avg@n": value} of the validation before training."""
+        return self._validation(EVAL_BEFORE_TRAINING)
 
     @property
-    def eval_after(self) -> float | None:
-        return self.last.get(EVAL_ACCURACY)
+    def eval_after(self) -> dict[str, float]:
+        """{"<data source>/avg@n": value} of the last validation."""
+        return self._validation(EVALUATION_RESULTS)
+
+    def _validation(self, section: str) -> dict[str, float]:
+        prefix = section + "/"
+        return {k.removeprefix(prefix): v for k, v in self.last.items() if k.startswith(prefix) and k.rsplit("/", 1)[-1].startswith("avg@")}
 
 
 def load_config_file(path: str | Path) -> tuple[AlgorithmConfig, dict | None]:
@@ -150,12 +156,11 @@ def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path
                 print(f"checkpoint: {checkpoint}", flush=True)
             if done:
                 break
-        if _is_dapo(config) and EVAL_ACCURACY not in flatten_dict(result):
+        if _is_dapo(config) and EVALUATION_RESULTS not in result:
             # The stop came between evaluation_interval ticks: the user still wants the final number.
             final = algo.evaluate()
             algo.log_evaluation(final)
-            last.update({f"evaluation/{k}": v for k, v in flatten_dict(final).items()})
-            print(f"final evaluation: accuracy {last[EVAL_ACCURACY]:.3f}", flush=True)
+            last.update(flatten_dict({EVALUATION_RESULTS: final}))
     finally:
         algo.stop()
     return TrialOutcome(name=run_dir.name, params={}, iterations=iteration, logdir=str(run_dir), checkpoint=checkpoint, last=last)
@@ -226,9 +231,16 @@ def _fmt(value: Any) -> str:
 
 def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Path) -> None:
     """The trial table, the eval accuracy line, and where logs, plot and checkpoints went."""
-    columns = ["trial", *searched, "iters", "eval acc before", "eval acc after", "episode return"]
+    validated = sorted({name for o in outcomes for name in o.eval_before | o.eval_after})
+    columns = ["trial", *searched, "iters", *(f"{name} {when}" for name in validated for when in ("before", "after")), "episode return"]
     rows = [
-        [o.name, *(_fmt(o.params.get(k)) for k in searched), str(o.iterations), _fmt(o.eval_before), _fmt(o.eval_after), _fmt(o.last.get(EPISODE_RETURN))]
+        [
+            o.name,
+            *(_fmt(o.params.get(k)) for k in searched),
+            str(o.iterations),
+            *(_fmt(values.get(name)) for name in validated for values in (o.eval_before, o.eval_after)),
+            _fmt(o.last.get(EPISODE_RETURN)),
+        ]
         for o in outcomes
     ]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
@@ -248,8 +260,11 @@ def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Pat
     for o in outcomes:
         if o.checkpoint:
             print(f"checkpoint:     {o.checkpoint}")
-    if len(outcomes) == 1 and outcomes[0].eval_before is not None and outcomes[0].eval_after is not None:
-        print(f"eval accuracy: {outcomes[0].eval_before:.3f} -> {outcomes[0].eval_after:.3f}")
+    if len(outcomes) == 1:
+        before, after = outcomes[0].eval_before, outcomes[0].eval_after
+        for name in validated:
+            if name in before and name in after:
+                print(f"validation {name}: {before[name]:.3f} -> {after[name]:.3f}")
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,5 +1,5 @@
 """Gymnasium environments for DAPO training."""
 
-from envs.math_env import SCORERS, MathEnv
+from envs.math_env import MathEnv
 
-__all__ = ["SCORERS", "MathEnv"]
+__all__ = ["MathEnv"]

@@ -6,15 +6,21 @@ reference answer with a rule-based scorer (+1 correct, -1 wrong; DAPO.md §3)
 and terminates. GRPO/DAPO sample G completions per prompt; each one is scored
 as its own episode by replaying the prompt with
 ``reset(options={"problem_index": i})``.
+
+Scorers run in a child process shared by all environments of a process, which
+is killed when a scorer exceeds the timeout (DAPO.md §8; see
+``dapo_rllib.rewards.scoring_process``).
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import operator
 import os
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium
@@ -22,16 +28,9 @@ import numpy as np
 from gymnasium import spaces
 
 from dapo_rllib.data import MathProblem, generate_arithmetic_problems, load_math_dataset
-from dapo_rllib.rewards import math_dapo
-
-#: A scorer maps (completion text, ground truth) to {"score", "acc", "pred"}.
-Scorer = Callable[[str, str], Mapping[str, Any]]
-
-#: Scorer for each ``data_source``; add an entry to support a new kind of data.
-SCORERS: dict[str, Scorer] = {
-    "math_dapo": math_dapo.compute_score,
-    "arithmetic": math_dapo.compute_score,
-}
+from dapo_rllib.rewards import SCORERS, load_scorer, scorer_for
+from dapo_rllib.rewards.scoring_process import ScoreOutcome, shared_scoring_process
+from dapo_rllib.rewards.text import as_text
 
 #: Value of the "dataset" config key that selects the built-in generator.
 ARITHMETIC_DATASET = "arithmetic"
@@ -43,6 +42,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "num_problems": None,
     "shuffle": True,
     "seed": 0,
+    "scorer": None,
+    "score_timeout_s": 10.0,
 }
 
 _RESET_OPTIONS = ("problem_index",)
@@ -61,6 +62,16 @@ class MathEnv(gymnasium.Env):
         shuffle: Draw problems in a fresh random order each epoch (else in
             dataset order).
         seed: Seed of the draw order.
+        scorer: Which scorer rates completions. ``None``: the default for each
+            data source (``dapo_rllib.rewards.DEFAULT_SCORER_BY_SOURCE``: math_dapo
+            for DAPO data). A scorer spec, a registered name (``"math_dapo"``,
+            ``"math_verify"``) or an import path ``"package.module:function"``:
+            that scorer for all data. A mapping ``{data_source: spec}``: per data
+            source, with the default for sources it does not mention.
+        score_timeout_s: Seconds a scorer may spend on one completion; past it
+            the completion scores -1 and ``info["score_timed_out"]`` is True.
+            ``None`` scores in this process without any timeout, for debugging
+            a scorer only: a scorer that hangs then hangs the environment.
 
     Keys starting with ``"_"`` are reserved for callers and ignored; any other
     unknown key is an error, so that a typo cannot silently fall back to a
@@ -77,17 +88,13 @@ class MathEnv(gymnasium.Env):
             raise ValueError(f"unknown MathEnv config keys {unknown}; valid keys: {sorted(DEFAULT_CONFIG)}")
         settings = {key: config.get(key, default) for key, default in DEFAULT_CONFIG.items()}
 
+        self._score_timeout_s = _checked_timeout(settings["score_timeout_s"])
         self._problems = _load_problems(settings)
         if not self._problems:
             raise ValueError(f"MathEnv dataset {settings['dataset']!r} has no problems")
-        # Checked up front so that a bad file fails at construction, not at
-        # the first step() of some remote env runner.
-        unknown_sources = sorted({p.data_source for p in self._problems} - set(SCORERS))
-        if unknown_sources:
-            raise ValueError(
-                f"no scorer for data_source {unknown_sources} in MathEnv dataset "
-                f"{settings['dataset']!r}; known data sources: {sorted(SCORERS)}"
-            )
+        # Resolved up front so that a bad file or scorer fails at construction,
+        # not at the first step() of some remote env runner.
+        self._scorer_by_source = _resolve_scorers(self._problems, settings["scorer"], settings["dataset"])
 
         self.observation_space = spaces.Sequence(
             spaces.Dict(
@@ -146,23 +153,38 @@ class MathEnv(gymnasium.Env):
         }
         return _copy_messages(problem), info
 
-    def step(self, action: str) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
-        """Score the completion ``action``; the episode always terminates."""
+    def step(self, action: str | bytes) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
+        """Score the completion ``action``; the episode always terminates.
+
+        ``action`` is the completion text; bytes are decoded as UTF-8, with
+        invalid sequences (and lone surrogates in a str) replaced by U+FFFD.
+        """
         if self._current is None:
             raise RuntimeError("MathEnv.step() called without an active episode: call reset() first")
-        if not isinstance(action, str):
-            raise TypeError(f"MathEnv action must be the completion text (str), got {type(action).__name__}")
+        if not isinstance(action, (str, bytes)):
+            raise TypeError(
+                f"MathEnv action must be the completion text (str or bytes), got {type(action).__name__}"
+            )
         index, self._current = self._current, None
         problem = self._problems[index]
-        result = SCORERS[problem.data_source](action, problem.ground_truth)
+        scorer = self._scorer_by_source[problem.data_source]
+        outcome = self._score(scorer, as_text(action), problem.ground_truth)
         info = {
-            "score": float(result["score"]),
-            "acc": bool(result["acc"]),
-            "pred": result["pred"],
+            "score": outcome.score,
+            "acc": outcome.acc,
+            "pred": outcome.pred,
             "ground_truth": problem.ground_truth,
             "problem_index": index,
+            "data_source": problem.data_source,
+            "scorer": scorer,
+            "score_timed_out": outcome.timed_out,
         }
-        return _copy_messages(problem), info["score"], True, False, info
+        return _copy_messages(problem), outcome.score, True, False, info
+
+    def _score(self, scorer: str, completion: str, ground_truth: str) -> ScoreOutcome:
+        if self._score_timeout_s is None:
+            return ScoreOutcome.from_result(scorer, load_scorer(scorer)(completion, ground_truth))
+        return shared_scoring_process().score(scorer, completion, ground_truth, self._score_timeout_s)
 
     def get_state(self) -> dict[str, Any]:
         """Draw-order state (cursor, epoch, permutation, RNG), for checkpoints."""
@@ -240,6 +262,39 @@ def _load_problems(settings: Mapping[str, Any]) -> list[MathProblem]:
             f"not to file {dataset!r}; pass a smaller file instead"
         )
     return load_math_dataset(dataset)
+
+
+def _checked_timeout(timeout_s: Any) -> float | None:
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < math.inf:
+        raise ValueError(
+            f"MathEnv 'score_timeout_s' must be a finite number of seconds > 0, or None to score "
+            f"without a timeout (debugging only); got {timeout_s!r}"
+        )
+    return float(timeout_s)
+
+
+def _resolve_scorers(problems: list[MathProblem], choice: Any, dataset: Any) -> dict[str, str]:
+    """The scorer spec for each data source in ``problems``, each checked to load."""
+    is_spec_mapping = isinstance(choice, Mapping) and all(
+        isinstance(key, str) and isinstance(value, str) for key, value in choice.items()
+    )
+    if not (choice is None or isinstance(choice, str) or is_spec_mapping):
+        raise ValueError(
+            f"MathEnv 'scorer' must be None (the default per data source), a scorer (a registered "
+            f"name {sorted(SCORERS)} or an import path 'package.module:function'), or a mapping "
+            f"{{data_source: scorer}}; got {choice!r}"
+        )
+    scorer_by_source = {}
+    for data_source in sorted({problem.data_source for problem in problems}):
+        try:
+            scorer = scorer_for(data_source, choice)
+            load_scorer(scorer)  # an unknown name or a bad import path fails here
+        except ValueError as error:
+            raise ValueError(f"MathEnv dataset {dataset!r}: {error}") from error
+        scorer_by_source[data_source] = scorer
+    return scorer_by_source
 
 
 def _copy_messages(problem: MathProblem) -> list[dict[str, str]]:

@@ -17,6 +17,18 @@ def tiny_model_path():
 
 
 @pytest.fixture(scope="session")
+def plain_tokenizer_path(tiny_model_path, tmp_path_factory):
+    """The tiny model's tokenizer saved without its chat template, as a base model's would be."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path, local_files_only=True)
+    tokenizer.chat_template = None
+    path = tmp_path_factory.mktemp("plain_tokenizer")
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def ray_session():
     import ray
 

@@ -28,7 +28,9 @@ TENSORBOARD_TAGS = [
     "rollout/reward_mean", "rollout/acc_mean", "rollout/response_length_mean", "rollout/response_length_max",
     "rollout/truncation_ratio", "rollout/generation_rounds", "rollout/groups_kept",
     "timing/generation_s", "timing/scoring_s", "timing/old_log_probs_s", "timing/update_s", "timing/weight_sync_s",
-    "timing/generation_tokens_per_s", "timing/iteration_s", "eval/accuracy",
+    "timing/generation_tokens_per_s", "timing/iteration_s", "timing/evaluation_s",
+    "evaluation/arithmetic/avg@2", "evaluation/arithmetic/pass@2", "evaluation/arithmetic/maj@2",
+    "evaluation/arithmetic/truncation_ratio", "evaluation/arithmetic/response_length_mean",
 ]
 
 
@@ -102,7 +104,7 @@ def test_ppo_cartpole_trains_as_a_tune_experiment(tmp_path):
         (["train", "file", __file__], "must define an AlgorithmConfig named `config`"),
         (["train", "file", str(PPO), "--config", '{"lrr": 1}'], "unknown settings ['lrr']"),
         (["train", "file", str(PPO), "--stop", "[1]"], "expected a JSON object"),
-        (["evaluate", "nowhere"], "is not an RLlib algorithm checkpoint"),
+        (["evaluate", "nowhere"], "'nowhere' is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint"),
         (["plot", "nowhere"], "run directory 'nowhere' does not exist"),
     ],
 )
@@ -116,7 +118,8 @@ def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
     out, run_dir = dapo_run["out"], dapo_run["run_dir"]
     assert "[DAPO] generation round 1:" in out and "samples scored" in out
     assert "iter   2 | acc" in out
-    assert "eval accuracy: " in out
+    assert "validation arithmetic/avg@2: " in out
+    assert "[DAPO] validation (" in out and "arithmetic: avg@2 " in out
     for line in (f"run directory:  {run_dir}", f"TensorBoard:    tensorboard --logdir {run_dir}", f"plot:           {run_dir / 'dapo_curves.png'}"):
         assert line in out
     assert sorted(p.name for p in run_dir.glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
@@ -150,7 +153,7 @@ def test_sweep_runs_every_grid_point_and_prints_the_trial_table(sweep_run):
     header = next(line for line in out.splitlines() if line.startswith("trial "))
     assert {"clip_eps_high", "group_size", "iters", "before", "after"} <= set(header.split())
     for t in trials:
-        assert 0.0 <= t["last"]["evaluation_before_training/accuracy"] <= 1.0
+        assert 0.0 <= t["last"]["evaluation_before_training/arithmetic/avg@2"] <= 1.0
         assert t["iterations"] == 1
 
 
@@ -192,11 +195,14 @@ def test_evaluate_a_checkpoint_on_another_dataset(dapo_run, tmp_path):
     results = tmp_path / "results.json"
     checkpoint = dapo_run["run_dir"] / "checkpoint_000002"
     out = run_ok("evaluate", checkpoint, "--data", data, "--num-samples", "3", "--out", results, cwd=tmp_path)
-    assert "env_runners/accuracy" in out
-    numbers = json.loads(results.read_text())["results"]
-    assert numbers["env_runners/num_problems"] == 6
-    assert numbers["env_runners/avg@3_accuracy"] == numbers["env_runners/accuracy"]
-    assert 0.0 <= numbers["env_runners/accuracy"] <= 1.0
+    assert "avg@3" in out and "maj@3" in out and f"results (every number, per problem too): {results}" in out
+    report = json.loads(results.read_text())
+    metrics = report["metrics"]["arithmetic"]
+    assert (metrics["num_problems"], metrics["num_samples"]) == (6, 18)
+    assert 0.0 <= metrics["avg@3"] <= metrics["pass@3"] <= 1.0
+    assert report["settings"]["num_samples"] == 3 and report["settings"]["max_response_length"] == 32
+    assert [p["num_samples"] for p in report["problems"]] == [3] * 6
+    assert metrics["avg@3"] == pytest.approx(np.mean([p["accuracy"] for p in report["problems"]]))
 
 
 def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_path, tiny_model_path):

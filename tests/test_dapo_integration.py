@@ -27,12 +27,9 @@ def tiny_config(model_path, **overrides):
         overlong_buffer_len=4,
         lr=1e-3,
         lr_warmup_steps=2,
-        eval_num_samples=2,
-        eval_max_problems=16,
-        val_before_train=False,
     )
     settings.update(overrides)
-    return DAPOConfig().training(**settings).debugging(seed=0)
+    return DAPOConfig().training(**settings).evaluation(eval_num_samples=2, eval_max_problems=16, val_before_train=False).debugging(seed=0)
 
 
 def learner_weights(algo):
@@ -100,11 +97,17 @@ def test_checkpoint_restores_identical_weights_and_step_count(trained):
         restored.stop()
 
 
-def test_evaluate_reports_heldout_accuracy(trained):
-    results = trained["algo"].evaluate()["env_runners"]
-    assert results["num_problems"] == 16
-    assert 0.0 <= results["accuracy"] <= 1.0
-    assert results["avg@2_accuracy"] == results["accuracy"]
+def test_evaluate_reports_the_paper_metrics_per_data_source(trained):
+    results = trained["algo"].evaluate()
+    arithmetic = results["arithmetic"]
+    assert (arithmetic["num_problems"], arithmetic["num_samples"]) == (16, 32)
+    assert results["env_runners"]["num_env_steps_sampled"] == 32
+    for key in ("avg@2", "pass@1", "pass@2", "maj@2", "truncation_ratio"):
+        assert 0.0 <= arithmetic[key] <= 1.0, key
+    assert arithmetic["pass@1"] == pytest.approx(arithmetic["avg@2"])
+    assert arithmetic["avg@2"] <= arithmetic["pass@2"]
+    assert 0 < arithmetic["response_length_mean"] <= 24
+    assert arithmetic["scoring_timeouts"] == 0
 
 
 def test_dynamic_sampling_stops_at_the_cap_with_a_clear_error(ray_session, tiny_model_path, tmp_path):

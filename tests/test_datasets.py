@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,7 @@ from dapo_rllib.data import (
     DAPO_PROMPT_TEMPLATE,
     MathProblem,
     generate_arithmetic_problems,
+    ground_truth_to_str,
     load_math_dataset,
     parse_arithmetic_question,
     problem_to_row,
@@ -52,6 +54,32 @@ def test_aime_loads_30_distinct_problems_in_dapo_format():
         assert p.prompt_text.startswith(TEMPLATE_HEAD) and p.prompt_text.endswith(TEMPLATE_TAIL)
     # Row 0 of the file is the "largest possible real part" problem (answer 540).
     assert problems[0].ground_truth == "540"
+
+
+def test_aime_problems_count_their_32_copies():
+    problems = load_math_dataset(AIME_PATH)
+    assert [p.copies for p in problems] == [32] * 30
+    assert sum(p.copies for p in problems) == len(pd.read_parquet(AIME_PATH)) == 960
+
+
+def test_copies_count_repeats_per_problem(tmp_path):
+    rows = [_row("A", "1"), _row("B", "2"), _row("A", "1"), _row("A", "3"), _row("A", "1")]
+    path = tmp_path / "d.jsonl"
+    write_jsonl(rows, path)
+    assert [(p.prompt_text, p.ground_truth, p.copies) for p in load_math_dataset(path)] == [
+        ("A", "1", 3),
+        ("B", "2", 1),
+        ("A", "3", 1),
+    ]
+
+
+def test_copies_take_part_in_equality_and_hash():
+    once = generate_arithmetic_problems("test", 1)[0]
+    same = MathProblem(once.messages, once.ground_truth, once.data_source, once.index)
+    twice = replace(once, copies=2)
+    assert once.copies == 1 and once == same and hash(once) == hash(same)
+    assert once != twice
+    assert len({once, same, twice}) == 2
 
 
 def test_aime_dedup_count_is_logged(caplog):
@@ -129,18 +157,81 @@ def test_parquet_missing_column(tmp_path):
     assert "'reward_model'" in message and "no_rm.parquet" in message and "extra_info" in message
 
 
-def test_int_ground_truth(tmp_path):
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("540", "540"),
+        (" 1/2 ", " 1/2 "),
+        (42, "42"),
+        (-7, "-7"),
+        (540.0, "540"),
+        (-3.0, "-3"),
+        (0.5, "0.5"),
+        (0.1, "0.1"),
+        (2.25e-7, "2.25e-07"),
+    ],
+)
+def test_ground_truth_to_str(value, expected):
+    assert ground_truth_to_str(value, "row 0 of f.jsonl") == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (None, ValueError, "missing"),
+        (float("nan"), ValueError, "missing"),
+        (float("inf"), ValueError, "finite"),
+        (True, TypeError, "got bool True"),
+        ([540], TypeError, r"got list \[540\]"),
+    ],
+)
+def test_ground_truth_to_str_rejects(value, error, message):
+    with pytest.raises(error, match=rf"^row 3 of f\.jsonl: .*{message}"):
+        ground_truth_to_str(value, "row 3 of f.jsonl")
+
+
+def test_int_ground_truth_is_converted_and_logged(tmp_path, caplog):
     path = tmp_path / "int_gt.jsonl"
-    write_jsonl([_row(), _row("What is 40 + 2?", 42)], path)
-    with pytest.raises(TypeError, match=r"row 1\b.*ground_truth must be a string, got int 42"):
+    write_jsonl([_row(), _row("What is 40 + 2?", 42), _row("What is 0.5 + 0?", 0.5)], path)
+    with caplog.at_level(logging.WARNING, logger="dapo_rllib.data"):
+        problems = load_math_dataset(path)
+    assert [p.ground_truth for p in problems] == ["2", "42", "0.5"]
+    assert any("Converted 2 numeric ground truths" in r.getMessage() for r in caplog.records)
+
+
+def test_float_ground_truth_column_parquet(tmp_path):
+    # A pandas float column (as exported by a careless pipeline): 540 is stored as 540.0.
+    path = tmp_path / "float_gt.parquet"
+    pd.DataFrame([_row("A", 540.0), _row("B", 0.5), _row("C", 1e3)]).to_parquet(path)
+    assert [p.ground_truth for p in load_math_dataset(path)] == ["540", "0.5", "1000"]
+
+
+def test_bool_ground_truth_is_an_error(tmp_path):
+    path = tmp_path / "bool_gt.jsonl"
+    write_jsonl([_row(), _row("Is 2 even?", True)], path)
+    with pytest.raises(TypeError, match=r"row 1\b.*string or a number, got bool True"):
         load_math_dataset(path)
 
 
-def test_int_ground_truth_parquet(tmp_path):
-    path = tmp_path / "int_gt.parquet"
-    pd.DataFrame([_row(ground_truth=42)]).to_parquet(path)
-    with pytest.raises(TypeError, match=r"row 0\b.*got int 42"):
+def test_missing_ground_truth_names_the_row(tmp_path):
+    path = tmp_path / "none_gt.parquet"
+    pd.DataFrame([_row(ground_truth="2"), _row("B", None)]).to_parquet(path)
+    with pytest.raises(ValueError, match=r"row 1 of .*none_gt\.parquet: ground truth is missing"):
         load_math_dataset(path)
+
+
+def test_non_utf8_jsonl_names_file_and_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    lines = [json.dumps(_row("A")), json.dumps(_row("B")), json.dumps(_row("Caf\u00e9"), ensure_ascii=False)]
+    path.write_bytes("\n".join(lines).encode("latin-1"))
+    with pytest.raises(ValueError, match=r"line 3 of .*latin1\.jsonl is not valid UTF-8 \(byte 0xe9"):
+        load_math_dataset(path)
+
+
+def test_jsonl_with_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_row("A")).encode() + b"\n")
+    assert [p.prompt_text for p in load_math_dataset(path)] == ["A"]
 
 
 @pytest.mark.parametrize(

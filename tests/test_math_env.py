@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import naive_scorers
 import pytest
 
 from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
@@ -35,6 +36,9 @@ def test_correct_answer_gets_plus_one():
         "pred": info["ground_truth"],
         "ground_truth": info["ground_truth"],
         "problem_index": info["problem_index"],
+        "data_source": "arithmetic",
+        "scorer": "math_dapo",
+        "score_timed_out": False,
     }
 
 
@@ -155,6 +159,108 @@ def test_non_str_action():
         env.step(42)
 
 
+def test_bytes_action_is_decoded_with_replacement():
+    env = MathEnv({"num_problems": 3})
+    _, info = env.reset()
+    action = b"\xff\xfe not UTF-8 \xed\xa0\x80\nAnswer: " + info["ground_truth"].encode()
+    _, reward, _, _, step_info = env.step(action)
+    assert reward == 1.0 and step_info["pred"] == info["ground_truth"]
+
+
+def _mixed_source_file(tmp_path: Path) -> tuple[Path, list]:
+    """Two arithmetic problems, the second relabelled as DAPO data."""
+    problems = generate_arithmetic_problems("test", 2)
+    rows = [problem_to_row(p) for p in problems]
+    rows[1]["data_source"] = "math_dapo"
+    path = tmp_path / "mixed.jsonl"
+    write_jsonl(rows, path)
+    return path, problems
+
+
+def _step_infos(env: MathEnv, completion) -> list[dict]:
+    """Step info of ``completion(ground_truth)`` for every problem, in dataset order."""
+    infos = []
+    for i in range(env.num_problems):
+        env.reset(options={"problem_index": i})
+        infos.append(env.step(completion(env.problem(i).ground_truth))[-1])
+    return infos
+
+
+def _with_trailing_period(ground_truth: str) -> str:
+    # math_dapo scores "Answer: 12." wrong, math_verify right.
+    return f"Answer: {ground_truth}."
+
+
+def test_default_scorer_is_math_dapo(tmp_path):
+    path, _ = _mixed_source_file(tmp_path)
+    infos = _step_infos(MathEnv({"dataset": str(path), "shuffle": False}), _with_trailing_period)
+    assert [(i["data_source"], i["scorer"], i["acc"]) for i in infos] == [
+        ("arithmetic", "math_dapo", False),
+        ("math_dapo", "math_dapo", False),
+    ]
+
+
+def test_scorer_for_all_data_sources(tmp_path):
+    path, _ = _mixed_source_file(tmp_path)
+    env = MathEnv({"dataset": str(path), "scorer": "math_verify"})
+    infos = _step_infos(env, _with_trailing_period)
+    assert [(i["scorer"], i["acc"], i["score"]) for i in infos] == [("math_verify", True, 1.0)] * 2
+
+
+def test_scorer_per_data_source(tmp_path):
+    path, problems = _mixed_source_file(tmp_path)
+    by_import_path = "dapo_rllib.rewards.math_verify_scorer:compute_score"
+    env = MathEnv({"dataset": str(path), "scorer": {"math_dapo": by_import_path}})
+    infos = _step_infos(env, _with_trailing_period)
+    assert [(i["data_source"], i["scorer"], i["acc"]) for i in infos] == [
+        ("arithmetic", "math_dapo", False),  # not in the mapping: the default
+        ("math_dapo", by_import_path, True),
+    ]
+    assert infos[1]["pred"] == problems[1].ground_truth
+
+
+def test_scoring_without_timeout_gives_the_same_results():
+    completions = [lambda gt: f"Answer: {gt}", lambda gt: "Answer: -1", lambda gt: "no answer"]
+    for completion in completions:
+        in_process = _step_infos(MathEnv({"num_problems": 4, "score_timeout_s": None}), completion)
+        assert in_process == _step_infos(MathEnv({"num_problems": 4}), completion)
+
+
+def test_scorer_timeout_counts_as_wrong_in_info():
+    hanging = f"{naive_scorers.__name__}:catastrophic_regex"
+    env = MathEnv({"num_problems": 2, "scorer": hanging, "score_timeout_s": 1.0})
+    env.reset()
+    _, reward, terminated, _, step_info = env.step("1" * 40 + "x")
+    assert reward == -1.0 and terminated
+    assert step_info["score_timed_out"] is True and step_info["scorer"] == hanging
+    assert (step_info["acc"], step_info["pred"]) == (False, None)
+    # The next completion is scored again, by a fresh scoring process.
+    env.reset()
+    _, reward, _, _, step_info = env.step("123")
+    assert (reward, step_info["score_timed_out"], step_info["pred"]) == (1.0, False, "123")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"scorer": "math_dapp"}, r"unknown scorer 'math_dapp'.*\['math_dapo', 'math_verify'\]"),
+        ({"scorer": {"arithmetic": "math_dapp"}}, "unknown scorer 'math_dapp'"),
+        ({"scorer": "no_such_module:score"}, "no module named 'no_such_module'"),
+        ({"scorer": 3}, r"'scorer' must be .*got 3$"),
+        ({"scorer": ["math_verify"]}, r"'scorer' must be .*got \['math_verify'\]"),
+        ({"scorer": {"arithmetic": 3}}, r"'scorer' must be .*got \{'arithmetic': 3\}"),
+        ({"score_timeout_s": 0}, r"'score_timeout_s' must be .*got 0$"),
+        ({"score_timeout_s": -1.5}, "got -1.5$"),
+        ({"score_timeout_s": float("inf")}, "got inf$"),
+        ({"score_timeout_s": "10"}, "got '10'$"),
+        ({"score_timeout_s": True}, "got True$"),
+    ],
+)
+def test_bad_scorer_config_fails_at_construction(config, message):
+    with pytest.raises(ValueError, match=message):
+        MathEnv({"num_problems": 3, **config})
+
+
 def test_unknown_config_key_is_rejected_but_underscore_keys_pass():
     with pytest.raises(ValueError, match=r"num_problem\b.*num_problems"):
         MathEnv({"num_problem": 3})
@@ -195,8 +301,10 @@ def test_file_dataset_config_errors(tmp_path):
 
     rows[0]["data_source"] = "code_contests"
     write_jsonl(rows, path)
-    with pytest.raises(ValueError, match=r"code_contests.*math_dapo"):
+    with pytest.raises(ValueError, match=r"code_contests.*math_dapo.*'scorer'"):
         MathEnv({"dataset": str(path)})
+    # Choosing a scorer for the unknown data source makes the file usable.
+    assert MathEnv({"dataset": str(path), "scorer": {"code_contests": "math_verify"}}).num_problems == 2
 
     with pytest.raises(FileNotFoundError):
         MathEnv({"dataset": str(tmp_path / "missing.jsonl")})

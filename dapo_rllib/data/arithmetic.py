@@ -15,13 +15,8 @@ from typing import NamedTuple
 
 from dapo_rllib.data.datasets import MathProblem
 
-#: DAPO-Math-17K's prompt template (DAPO.md §3); ``{problem}`` is the question.
-DAPO_PROMPT_TEMPLATE = (
-    "Solve the following math problem step by step. The last line of your "
-    "response should be of the form Answer: $Answer (without quotes) where "
-    "$Answer is the answer to the problem.\n\n{problem}\n\nRemember to put your "
-    'answer on its own line after "Answer:".'
-)
+# Re-exported: DAPO_PROMPT_TEMPLATE used to live here and is still imported from here.
+from dapo_rllib.data.prompts import DAPO_PROMPT_TEMPLATE
 
 #: The tiny task's instruction. Shorter than DAPO's template (which file datasets carry in their
 #: own rows) so that a 1M-parameter model spends its few warm-start steps on the arithmetic, but

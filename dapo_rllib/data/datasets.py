@@ -10,16 +10,20 @@ A row (parquet or jsonl) looks like::
 
 Only ``prompt`` and ``reward_model.ground_truth`` matter for training; the
 loader turns each distinct (prompt, ground truth) pair into a
-:class:`MathProblem`.
+:class:`MathProblem`. To turn a file of plain questions and answers into this
+format, see :mod:`dapo_rllib.data.convert`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import numbers
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +46,22 @@ class MathProblem:
         ground_truth: The reference answer, compared as a string by the scorer.
         data_source: Which scorer applies (e.g. ``"math_dapo"``, ``"arithmetic"``).
         index: Position of the problem in its dataset after deduplication.
+        copies: How many rows of its file held this (prompt, ground truth) pair:
+            the AIME 2024 eval file repeats each problem 32 times, for avg@32.
     """
 
     messages: tuple[dict, ...]
     ground_truth: str
     data_source: str
     index: int
+    copies: int = 1
 
     def __hash__(self) -> int:
         # The generated hash would fail on the (unhashable) message dicts;
         # hashing their items keeps problems usable in sets and as dict keys.
-        return hash((_messages_key(self.messages), self.ground_truth, self.data_source, self.index))
+        return hash(
+            (messages_key(self.messages), self.ground_truth, self.data_source, self.index, self.copies)
+        )
 
     @property
     def prompt_text(self) -> str:
@@ -66,17 +75,23 @@ class MathProblem:
 def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
     """Load a DAPO-format ``.parquet`` or ``.jsonl`` file as a list of problems.
 
-    Duplicate rows (same prompt messages and same ground truth) are dropped,
-    keeping the first occurrence; the number dropped is logged. DAPO-Math-17K
-    repeats its prompts ~100 times by accident, and the AIME 2024 eval file
-    repeats each of its 30 problems 32 times on purpose (for avg@32), so both
-    load as their distinct problems.
+    Duplicate rows (same prompt messages and same ground truth) are merged
+    into the first occurrence, whose ``copies`` counts them; the number merged
+    is logged. DAPO-Math-17K repeats its prompts ~100 times by accident, and the
+    AIME 2024 eval file repeats each of its 30 problems 32 times on purpose (for
+    avg@32), so both load as their distinct problems.
+
+    A numeric ground truth (an int, or a float from a float column) is turned
+    into its string form by :func:`ground_truth_to_str`; the number converted
+    is logged as a warning.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: Unsupported suffix, empty file, missing required column,
-            malformed row or malformed JSON line.
-        TypeError: A ground truth or data source that is not a string.
+            malformed row, missing ground truth, malformed JSON line or a
+            line that is not UTF-8.
+        TypeError: A ground truth that is neither a string nor a number, or a
+            data source that is not a string.
     """
     path = Path(path)
     if not path.exists():
@@ -87,7 +102,7 @@ def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
             f"unsupported math dataset suffix {path.suffix!r} for {path}; "
             f"supported suffixes: {', '.join(SUPPORTED_SUFFIXES)}"
         )
-    rows = _read_parquet(path) if suffix == ".parquet" else _read_jsonl(path)
+    rows = read_parquet_rows(path) if suffix == ".parquet" else read_jsonl_rows(path)
     if not rows:
         raise ValueError(f"math dataset {path} contains no rows")
 
@@ -99,28 +114,30 @@ def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
                 f"{', '.join(REQUIRED_COLUMNS)}); columns found: {columns}"
             )
 
-    problems: list[MathProblem] = []
-    seen: set[tuple] = set()
+    first_rows: dict[tuple, MathProblem] = {}
+    copies: Counter[tuple] = Counter()
+    numeric_ground_truths = 0
     for row_number, row in enumerate(rows):
-        messages = _parse_prompt(row.get("prompt"), row_number, path)
-        ground_truth = _parse_ground_truth(row.get("reward_model"), row_number, path)
+        where = f"row {row_number} of {path}"
+        messages = parse_prompt(row.get("prompt"), where)
+        raw_ground_truth = _reward_model_ground_truth(row.get("reward_model"), where)
+        ground_truth = ground_truth_to_str(raw_ground_truth, where)
+        numeric_ground_truths += not isinstance(raw_ground_truth, str)
         data_source = row.get("data_source", DEFAULT_DATA_SOURCE)
         if not isinstance(data_source, str):
             raise TypeError(
-                f"row {row_number} of {path}: data_source must be a string, "
-                f"got {type(data_source).__name__} {data_source!r}"
+                f"{where}: data_source must be a string, got {type(data_source).__name__} {data_source!r}"
             )
-        key = (_messages_key(messages), ground_truth)
-        if key in seen:
-            continue
-        seen.add(key)
-        problems.append(
-            MathProblem(
-                messages=messages,
-                ground_truth=ground_truth,
-                data_source=data_source,
-                index=len(problems),
-            )
+        key = (messages_key(messages), ground_truth)
+        copies[key] += 1
+        if key not in first_rows:
+            first_rows[key] = MathProblem(messages, ground_truth, data_source, index=len(first_rows))
+    problems = [replace(problem, copies=copies[key]) for key, problem in first_rows.items()]
+    if numeric_ground_truths:
+        logger.warning(
+            "Converted %d numeric ground truths in %s to strings (the scorer compares strings)",
+            numeric_ground_truths,
+            path,
         )
     logger.info(
         "Loaded %d problems from %s (%d rows, %d duplicates removed)",
@@ -130,6 +147,40 @@ def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
         len(rows) - len(problems),
     )
     return problems
+
+
+def ground_truth_to_str(value: Any, where: str) -> str:
+    """Return a ground truth as the string the scorer compares.
+
+    Strings are returned unchanged. Numbers, which parquet/pandas float and int
+    columns and hand-written JSON produce, become their plain decimal form: an
+    int or an integral float gives the integer string (``540.0`` -> ``"540"``,
+    since ``"540.0"`` would never equal a model's ``Answer: 540``), any other
+    float its shortest round-tripping form (``0.5`` -> ``"0.5"``).
+
+    Args:
+        value: The raw ground truth.
+        where: Where it comes from (e.g. ``"row 3 of data.jsonl"``), for errors.
+
+    Raises:
+        ValueError: ``value`` is missing (None or NaN) or infinite.
+        TypeError: ``value`` is a bool or not a string or a number.
+    """
+    if isinstance(value, str):
+        return value
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise ValueError(f"{where}: ground truth is missing (got {value!r}); expected a string or a number")
+    # bool is an int subclass, but True is no answer to a math problem.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{where}: ground truth must be a string or a number, got {type(value).__name__} {_short(value)}"
+        )
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{where}: ground truth must be a finite number, got {number!r}")
+    return str(int(number)) if number.is_integer() else repr(number)
 
 
 def problem_to_row(problem: MathProblem) -> dict:
@@ -156,8 +207,12 @@ def write_jsonl(rows: Iterable[dict], path: str | os.PathLike[str]) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    """Read a parquet file as plain Python rows."""
+def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
+    """Read a parquet file as plain Python rows.
+
+    Raises:
+        ValueError: The file is empty or not parquet.
+    """
     # Imported here so that jsonl-only users do not pay for pyarrow's import.
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -173,31 +228,64 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a jsonl file (one JSON object per line; blank lines are skipped)."""
+def read_jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    """Read a jsonl file (one JSON object per line; blank lines are skipped).
+
+    Raises:
+        ValueError: A line is not UTF-8, not JSON, or not a JSON object.
+    """
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"malformed JSON on line {line_number} of {path}: {e.msg}") from None
-            if not isinstance(row, dict):
-                raise ValueError(
-                    f"line {line_number} of {path} is a JSON {type(row).__name__}, "
-                    "expected a JSON object (one row per line)"
-                )
-            rows.append(row)
+    for line_number, line in iter_utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"malformed JSON on line {line_number} of {path}: {e.msg}") from None
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"line {line_number} of {path} is a JSON {type(row).__name__}, "
+                "expected a JSON object (one row per line)"
+            )
+        rows.append(row)
     return rows
 
 
-def _parse_prompt(prompt: Any, row_number: int, path: Path) -> tuple[dict, ...]:
-    """Validate a row's prompt and return its messages as ``{"role", "content"}`` dicts."""
+def iter_utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line number from 1, line)`` of a UTF-8 text file, line endings kept.
+
+    Decoding line by line (no UTF-8 character contains a newline byte) is what
+    lets a bad byte be reported with its line number.
+
+    Raises:
+        ValueError: A line is not valid UTF-8.
+    """
+    with path.open("rb") as f:
+        for line_number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"line {line_number} of {path} is not valid UTF-8 (byte 0x{raw[e.start]:02x} "
+                    f"at byte {e.start + 1} of the line); expected a UTF-8 text file"
+                ) from None
+            if line_number == 1:
+                # Spreadsheet programs start UTF-8 files with a byte-order mark, which
+                # would otherwise stick to the first column name or break the JSON.
+                line = line.removeprefix("\ufeff")
+            yield line_number, line
+
+
+def parse_prompt(prompt: Any, where: str) -> tuple[dict, ...]:
+    """Validate a row's prompt and return its messages as ``{"role", "content"}`` dicts.
+
+    Raises:
+        ValueError: ``prompt`` is not a non-empty list of messages with string
+            ``role`` and ``content``; the message starts with ``where``.
+    """
     if not isinstance(prompt, list) or not prompt:
         raise ValueError(
-            f"row {row_number} of {path}: prompt must be a non-empty list of "
+            f"{where}: prompt must be a non-empty list of "
             f"{{'role', 'content'}} messages, got {type(prompt).__name__} {_short(prompt)}"
         )
     messages = []
@@ -208,7 +296,7 @@ def _parse_prompt(prompt: Any, row_number: int, path: Path) -> tuple[dict, ...]:
             and isinstance(message.get("content"), str)
         ):
             raise ValueError(
-                f"row {row_number} of {path}: each prompt message must be a dict "
+                f"{where}: each prompt message must be a dict "
                 f"with string 'role' and 'content', got {_short(message)}"
             )
         # Only role and content are kept: parquet fills keys that some
@@ -217,25 +305,16 @@ def _parse_prompt(prompt: Any, row_number: int, path: Path) -> tuple[dict, ...]:
     return tuple(messages)
 
 
-def _parse_ground_truth(reward_model: Any, row_number: int, path: Path) -> str:
-    """Return a row's ``reward_model.ground_truth``, which must be a string."""
+def _reward_model_ground_truth(reward_model: Any, where: str) -> Any:
+    """Return a row's raw ``reward_model.ground_truth`` (not yet converted to a string)."""
     if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
         raise ValueError(
-            f"row {row_number} of {path}: reward_model must be a dict with a "
-            f"'ground_truth' key, got {_short(reward_model)}"
+            f"{where}: reward_model must be a dict with a 'ground_truth' key, got {_short(reward_model)}"
         )
-    ground_truth = reward_model["ground_truth"]
-    if not isinstance(ground_truth, str):
-        # The scorer compares strings; DAPO data stores answers as strings, so
-        # a number here means a broken export, better reported than str()-ed.
-        raise TypeError(
-            f"row {row_number} of {path}: reward_model.ground_truth must be a string, "
-            f"got {type(ground_truth).__name__} {ground_truth!r}"
-        )
-    return ground_truth
+    return reward_model["ground_truth"]
 
 
-def _messages_key(messages: Iterable[dict]) -> tuple[tuple[tuple[str, Any], ...], ...]:
+def messages_key(messages: Iterable[dict]) -> tuple[tuple[tuple[str, Any], ...], ...]:
     """A hashable, order-preserving key for a sequence of message dicts."""
     return tuple(tuple(sorted(message.items())) for message in messages)
 
@@ -251,7 +330,13 @@ __all__ = [
     "MathProblem",
     "REQUIRED_COLUMNS",
     "SUPPORTED_SUFFIXES",
+    "ground_truth_to_str",
+    "iter_utf8_lines",
     "load_math_dataset",
+    "messages_key",
+    "parse_prompt",
     "problem_to_row",
+    "read_jsonl_rows",
+    "read_parquet_rows",
     "write_jsonl",
 ]

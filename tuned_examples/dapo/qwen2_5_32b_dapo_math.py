@@ -22,7 +22,14 @@ from dapo_rllib.train import run_example
 config = (
     DAPOConfig()
     .environment("dapo_math", env_config={"dataset": os.environ.get("DAPO_TRAIN_DATA", "/data/dapo-math-17k.parquet")})
-    .evaluation(evaluation_interval=5, evaluation_config={"env_config": {"dataset": os.environ.get("DAPO_EVAL_DATA", "../shared/data/aime-2024.parquet")}})
+    # Validation as the paper reports it: AIME 2024 avg@32 at temperature 1.0, top_p 0.7.
+    .evaluation(
+        evaluation_interval=5,
+        eval_dataset=os.environ.get("DAPO_EVAL_DATA", "../shared/data/aime-2024.parquet"),
+        eval_num_samples=32,
+        eval_temperature=1.0,
+        eval_top_p=0.7,
+    )
     .env_runners(num_env_runners=8, num_gpus_per_env_runner=1)
     .learners(num_learners=1, num_gpus_per_learner=1)
     .training(
@@ -51,9 +58,6 @@ config = (
         grad_clip=1.0,
         temperature=1.0,
         top_p=1.0,
-        eval_temperature=1.0,
-        eval_top_p=0.7,
-        eval_num_samples=32,
     )
 )
 

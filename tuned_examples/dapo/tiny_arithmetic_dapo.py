@@ -1,8 +1,9 @@
 """DAPO on the built-in arithmetic task with the tiny Qwen2 model: the project's main job.
 
-Runs on a 2-core CPU in a few minutes. Held-out accuracy (avg@4 on 193 test problems) is
-measured before training and every 10 iterations; the run ends with
-`eval accuracy: <before> -> <after>` and the paths of its TensorBoard logs, plot and checkpoint.
+Runs on a 2-core CPU in a few minutes. Validation (avg@4, pass@k, maj@4 on 193 held-out
+problems) runs before training and every 10 iterations; the run ends with
+`validation arithmetic/avg@4: <before> -> <after>` and the paths of its TensorBoard logs, plot
+and checkpoint.
 
     python tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune
     rllib train file tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune --stop '{"training_iteration": 5}'
@@ -20,7 +21,9 @@ from dapo_rllib.train import run_example
 config = (
     DAPOConfig()
     .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
-    .evaluation(evaluation_interval=10, evaluation_config={"env_config": {"split": "test"}})
+    # Validation on the arithmetic test split (193 problems), 4 samples each, before training
+    # and every 10 iterations.
+    .evaluation(evaluation_interval=10, eval_dataset="arithmetic", eval_num_samples=4, eval_max_problems=193)
     # The learner and the driver share one CPU, the vLLM env runner has the other.
     .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
     .training(
@@ -36,8 +39,6 @@ config = (
         lr=1e-4,
         lr_warmup_steps=3,
         weight_decay=0.0,
-        eval_num_samples=4,
-        eval_max_problems=193,
     )
     .debugging(seed=0)
 )

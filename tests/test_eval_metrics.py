@@ -1,0 +1,98 @@
+"""avg@k, pass@k and maj@k on small inputs whose answers can be worked out by hand."""
+
+import itertools
+
+import pytest
+
+from dapo_rllib.eval_metrics import ProblemSamples, k_values, majority_correct, pass_at_k, summarize
+
+
+def samples(acc, pred=None, source="math_dapo", length=None, truncated=None, timed_out=None):
+    n = len(acc)
+    return ProblemSamples(
+        data_source=source,
+        acc=acc,
+        pred=pred or [("right" if a else "wrong") for a in acc],
+        length=length or [10] * n,
+        truncated=truncated or [False] * n,
+        timed_out=timed_out or [False] * n,
+    )
+
+
+@pytest.mark.parametrize(
+    "n, c, k, expected",
+    [
+        (4, 1, 2, 1 - 3 / 6),  # C(3,2)/C(4,2)
+        (5, 2, 2, 1 - 3 / 10),  # C(3,2)/C(5,2)
+        (4, 0, 3, 0.0),
+        (4, 2, 3, 1.0),  # fewer wrong samples than k: some draw is always right
+        (32, 8, 1, 8 / 32),  # pass@1 is the mean accuracy
+    ],
+)
+def test_pass_at_k_by_hand(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("n, c", [(6, 1), (6, 3), (7, 2), (8, 5)])
+def test_pass_at_k_is_the_fraction_of_k_subsets_with_a_correct_sample(n, c):
+    outcomes = [True] * c + [False] * (n - c)
+    for k in range(1, n + 1):
+        subsets = list(itertools.combinations(outcomes, k))
+        assert pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+
+
+@pytest.mark.parametrize("n, c, k", [(4, 5, 1), (4, 1, 0), (4, 1, 5), (4, -1, 1)])
+def test_pass_at_k_rejects_impossible_counts(n, c, k):
+    with pytest.raises(ValueError, match=f"n={n}, c={c}, k={k}"):
+        pass_at_k(n, c, k)
+
+
+def test_majority_vote():
+    assert majority_correct(["7", "7", "8", None], [True, True, False, False])
+    assert not majority_correct(["8", "8", "7", None], [False, False, True, False])
+    # Samples without an answer do not vote: one "7" beats three blanks.
+    assert majority_correct([None, None, "7", None], [False, False, True, False])
+    assert not majority_correct([None, None], [False, False])
+    # A tie goes to the answer seen first.
+    assert not majority_correct(["8", "7", "7", "8"], [False, True, True, False])
+    assert majority_correct(["7", "8", "7", "8"], [True, False, True, False])
+
+
+def test_k_values():
+    assert k_values(1) == [1]
+    assert k_values(32) == [1, 2, 4, 8, 16, 32]
+    assert k_values(6) == [1, 2, 4, 6]
+
+
+def test_summarize_per_data_source():
+    problems = [
+        # aime: 4 samples each; problem 1 right 3/4 (majority right), problem 2 right 1/4 (majority wrong)
+        samples([True, True, True, False], source="aime", length=[10, 20, 30, 40], truncated=[False, False, False, True]),
+        samples([True, False, False, False], pred=["5", "6", "6", None], source="aime", timed_out=[False, False, False, True]),
+        samples([False, False], source="arithmetic"),
+    ]
+    metrics = summarize(problems)
+    assert set(metrics) == {"aime", "arithmetic"}
+    aime = metrics["aime"]
+    assert aime["avg@4"] == pytest.approx((3 / 4 + 1 / 4) / 2)
+    assert aime["pass@1"] == pytest.approx(aime["avg@4"])
+    assert aime["pass@2"] == pytest.approx((1.0 + (1 - 3 / 6)) / 2)
+    assert aime["pass@4"] == 1.0
+    assert aime["maj@4"] == 0.5
+    assert aime["response_length_mean"] == pytest.approx((10 + 20 + 30 + 40 + 4 * 10) / 8)
+    assert aime["truncation_ratio"] == pytest.approx(1 / 8)
+    assert aime["scoring_timeouts"] == 1
+    assert (aime["num_problems"], aime["num_samples"]) == (2, 8)
+    assert metrics["arithmetic"] == pytest.approx(
+        {"avg@2": 0.0, "pass@1": 0.0, "pass@2": 0.0, "maj@2": 0.0, "response_length_mean": 10.0, "truncation_ratio": 0.0, "scoring_timeouts": 0, "num_problems": 1, "num_samples": 2}
+    )
+
+
+def test_summarize_refuses_mixed_sample_counts():
+    with pytest.raises(ValueError, match=r"'aime' has problems with different sample counts \[2, 3\]"):
+        summarize([samples([True, False], source="aime"), samples([True, False, True], source="aime")])
+
+
+def test_problem_samples_need_one_value_per_sample():
+    with pytest.raises(ValueError, match="same, non-zero number"):
+        ProblemSamples("aime", acc=[True, False], pred=["1"], length=[1, 2], truncated=[False, False], timed_out=[False, False])
