@@ -26,7 +26,7 @@ TENSORBOARD_TAGS = [
     "learner/policy_loss", "learner/entropy", "learner/pg_clipfrac_low", "learner/pg_clipfrac_high",
     "learner/pg_clipfrac_dual", "learner/approx_kl", "learner/grad_norm", "learner/mean_token_prob", "learner/lr",
     "rollout/reward_mean", "rollout/acc_mean", "rollout/response_length_mean", "rollout/response_length_max",
-    "rollout/truncation_ratio", "rollout/generation_rounds", "rollout/groups_kept",
+    "rollout/truncation_ratio", "rollout/generation_rounds", "rollout/groups_kept", "rollout/scoring_timeouts",
     "timing/generation_s", "timing/scoring_s", "timing/old_log_probs_s", "timing/update_s", "timing/weight_sync_s",
     "timing/generation_tokens_per_s", "timing/iteration_s", "timing/evaluation_s",
     "evaluation/arithmetic/avg@2", "evaluation/arithmetic/pass@2", "evaluation/arithmetic/maj@2",
@@ -203,6 +203,20 @@ def test_evaluate_a_checkpoint_on_another_dataset(dapo_run, tmp_path):
     assert report["settings"]["num_samples"] == 3 and report["settings"]["max_response_length"] == 32
     assert [p["num_samples"] for p in report["problems"]] == [3] * 6
     assert metrics["avg@3"] == pytest.approx(np.mean([p["accuracy"] for p in report["problems"]]))
+
+
+def test_data_convert_writes_dapo_rows_and_reports_drops(tmp_path):
+    source = tmp_path / "problems.csv"
+    source.write_text("question,answer\nWhat is 2 + 2?,4\nWhat is 2 + 2?,4\nWhat is 3 + 3?,\n")
+    out = run_ok("data", "convert", source, tmp_path / "out" / "train.parquet", cwd=tmp_path)
+    assert "wrote 1 row\n" in out and "duplicate: 1 (e.g. row 1)" in out and "missing answer: 1 (e.g. row 2)" in out
+    from dapo_rllib.data import DAPO_PROMPT_TEMPLATE, load_math_dataset
+
+    (problem,) = load_math_dataset(tmp_path / "out" / "train.parquet")
+    assert problem.messages == ({"role": "user", "content": DAPO_PROMPT_TEMPLATE.format(problem="What is 2 + 2?")},)
+    assert (problem.ground_truth, problem.data_source) == ("4", "math_dapo")
+    code, out = rllib("data", "convert", tmp_path / "missing.csv", tmp_path / "x.parquet", cwd=tmp_path)
+    assert code == 2 and "missing.csv" in out and "Traceback" not in out
 
 
 def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_path, tiny_model_path):

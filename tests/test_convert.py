@@ -70,7 +70,7 @@ def test_jsonl_drops_counts_and_round_trip(tmp_path, caplog):
     assert report.numeric_answers_converted == 3
     assert (report.conflicting_answers, report.conflicting_answer_examples) == (1, [5])
     assert report.rows_written + sum(report.dropped.values()) == report.rows_read
-    assert any("conflicting answers: 1 rows" in r.getMessage() for r in caplog.records)
+    assert any("conflicting answers: 1 (e.g. row 5)" in r.getMessage() for r in caplog.records)
     assert report.format() == (
         f"Conversion of {source} to {output}\n"
         "  read 10 rows (question field 'problem', answer field 'answer')\n"
@@ -80,8 +80,8 @@ def test_jsonl_drops_counts_and_round_trip(tmp_path, caplog):
         "    missing answer: 2 (e.g. rows 3, 4)\n"
         "    duplicate: 2 (e.g. rows 1, 8)\n"
         "  numeric answers written as strings: 3\n"
-        "  warning: conflicting answers: 1 rows repeat an earlier prompt with a different answer, "
-        "all kept (e.g. row 5)"
+        "  warning: conflicting answers: 1 (e.g. row 5): rows that repeat an earlier prompt with a "
+        "different answer, all kept"
     )
     assert str(report) == report.format()
     assert json.loads(json.dumps(report.to_dict()))["output_path"] == str(output)

@@ -47,7 +47,7 @@ def unpadded(engine_param, learner_param):
 
 @pytest.fixture(scope="module")
 def trained(ray_session, tiny_model_path, tmp_path_factory):
-    config = tiny_config(tiny_model_path).env_runners(num_env_runners=1)
+    config = tiny_config(tiny_model_path).env_runners(num_env_runners=1).evaluation(evaluation_interval=2, val_before_train=True)
     algo = config.build_algo()
     initial_engine = engine_weights(algo)
     initial_learner = learner_weights(algo)
@@ -73,6 +73,19 @@ def test_two_iterations_train_and_report_dapo_metrics(trained):
     assert lrs == pytest.approx([5e-4, 1e-3])
     changed = [k for k, v in learner_weights(trained["algo"]).items() if not np.array_equal(v, trained["initial_learner"][k])]
     assert "model.embed_tokens.weight" in changed
+
+
+def test_validation_runs_before_training_and_on_the_evaluation_interval(trained):
+    first, second = trained["results"]
+    before = first["evaluation_before_training"]["arithmetic"]
+    assert (before["num_problems"], before["num_samples"]) == (16, 32)
+    assert 0.0 <= before["avg@2"] <= before["pass@2"] <= 1.0
+    # evaluation_interval=2: iteration 1 reports no validation, iteration 2 does.
+    assert "evaluation" not in first
+    assert "evaluation_before_training" not in second
+    after = second["evaluation"]["arithmetic"]
+    assert set(after) >= {"avg@2", "pass@1", "pass@2", "maj@2", "response_length_mean", "truncation_ratio", "scoring_timeouts"}
+    assert after["num_problems"] == 16
 
 
 def test_engine_weights_follow_the_learner_after_sync(trained):

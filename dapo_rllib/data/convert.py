@@ -111,9 +111,9 @@ class ConversionReport:
             source = f"question field {self.question_field!r}, answer field {self.answer_field!r}"
         lines = [
             f"Conversion of {self.input_path} to {self.output_path}",
-            f"  read {self.rows_read} rows ({source})",
-            f"  wrote {self.rows_written} rows",
-            f"  dropped {sum(self.dropped.values())} rows" + (":" if self.dropped else ""),
+            f"  read {_rows(self.rows_read)} ({source})",
+            f"  wrote {_rows(self.rows_written)}",
+            f"  dropped {_rows(sum(self.dropped.values()))}" + (":" if self.dropped else ""),
         ]
         for reason in DROP_REASONS:
             if reason in self.dropped:
@@ -129,8 +129,8 @@ class ConversionReport:
     def conflict_summary(self) -> str:
         """One line on the rows kept despite repeating a prompt with another answer."""
         return (
-            f"conflicting answers: {self.conflicting_answers} rows repeat an earlier prompt with a "
-            f"different answer, all kept ({_example_rows(self.conflicting_answer_examples)})"
+            f"conflicting answers: {self.conflicting_answers} ({_example_rows(self.conflicting_answer_examples)}): "
+            "rows that repeat an earlier prompt with a different answer, all kept"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -451,6 +451,10 @@ def _dapo_row_extractor(default_data_source: str) -> Callable[[dict[str, Any], s
         return messages, answer, data_source
 
     return extract
+
+
+def _rows(count: int) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
 
 
 def _is_missing(value: Any) -> bool:
