@@ -1,7 +1,7 @@
 # One entry point for setup, the main job, the tests and the benchmark.
 #   make train   - set up, build the tiny model if missing, train + evaluate the tiny DAPO example
 #   make test    - set up, run the test suite
-#   make bench   - set up, print where a training step's time goes
+#   make bench   - set up, print where a training step's time goes and the code env's scoring time
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -31,3 +31,4 @@ test: setup
 
 bench: setup
 	$(PY) bench/step_timing.py
+	$(PY) bench/code_scoring.py

@@ -59,6 +59,7 @@ TIMING = "timing"  # metrics key of the per-step wall-time split
 FILTER_METRICS = {"acc": ACC, "score": SCORE}
 REMOTE_ENV_RUNNER_STATES = "remote_env_runner_states"  # checkpoint key, see DAPO.get_state
 PROBLEM_SOURCE_KEYS = ("dataset", "split", "num_problems")  # env config keys that eval_dataset replaces
+DATA_FILE_SUFFIXES = (".parquet", ".jsonl")  # an eval_dataset with these names a file; others a built-in set
 
 
 class DAPOConfig(AlgorithmConfig):
@@ -231,8 +232,9 @@ class DAPOConfig(AlgorithmConfig):
         pass@k, maj@n, response length and truncation ratio (see `dapo_rllib.eval_metrics`).
 
         Args:
-            eval_dataset: The validation problems: a DAPO-format .parquet/.jsonl file (e.g.
-                the AIME 2024 file) or "arithmetic" (its held-out test split). It replaces the
+            eval_dataset: The validation problems: a .parquet/.jsonl file in the env's row format
+                (e.g. the AIME 2024 file) or a built-in set ("arithmetic" for the math env,
+                "generated" for the code env; their held-out test split). It replaces the
                 problem source of the env config ("dataset", "split", "num_problems"); the
                 env's other settings (scorer, scoring timeout) carry over. None: the env of
                 `evaluation_config`, by default the training env's "test" split.
@@ -325,8 +327,6 @@ class DAPOConfig(AlgorithmConfig):
     def _validate_dapo_settings(self) -> None:
         from pathlib import Path
 
-        from envs.math_env import ARITHMETIC_DATASET
-
         def need(ok: bool, message: str) -> None:
             if not ok:
                 self._value_error(message)
@@ -348,8 +348,8 @@ class DAPOConfig(AlgorithmConfig):
         need(self.temperature > 0, f"temperature={self.temperature} must be > 0 (log-probs are of softmax(logits / temperature))")
         need(self.eval_max_problems is None or (isinstance(self.eval_max_problems, int) and self.eval_max_problems >= 1), f"eval_max_problems={self.eval_max_problems!r} must be a positive integer or None (all problems)")
         need(
-            self.eval_dataset is None or self.eval_dataset == ARITHMETIC_DATASET or Path(self.eval_dataset).is_file(),
-            f"eval_dataset={self.eval_dataset!r} is neither {ARITHMETIC_DATASET!r} nor an existing .parquet/.jsonl file",
+            self.eval_dataset is None or Path(self.eval_dataset).suffix not in DATA_FILE_SUFFIXES or Path(self.eval_dataset).is_file(),
+            f"eval_dataset={self.eval_dataset!r}: no such file",
         )
         need(self.eval_temperature >= 0, f"eval_temperature={self.eval_temperature} must be >= 0")
         need(0 < self.top_p <= 1 and 0 < self.eval_top_p <= 1, f"top_p={self.top_p} and eval_top_p={self.eval_top_p} must be in (0, 1]")

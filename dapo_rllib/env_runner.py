@@ -177,10 +177,21 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.last_sample_timing = {GENERATION_TIME: elapsed, "generated_tokens": num_tokens}
         return outputs
 
-    def _score(self, env, problem_index: int, completion) -> tuple[float, dict]:
-        env.reset(options={"problem_index": problem_index})
-        _, reward, _, _, info = env.step(completion.text)
-        return float(reward), info
+    @staticmethod
+    def _score(env, problem_indices: list[int], completions: list) -> list[dict]:
+        """The env's info for each completion, scored against its problem.
+
+        Each completion is a one-step episode replayed with `reset(problem_index=i)` + `step`;
+        an env with `step_many` (the code env: sandboxed runs on a pool) scores them all at once.
+        """
+        texts = [c.text for c in completions]
+        if hasattr(env, "step_many"):
+            return env.step_many(problem_indices, texts)
+        infos = []
+        for i, text in zip(problem_indices, texts):
+            env.reset(options={"problem_index": i})
+            infos.append(env.step(text)[-1])
+        return infos
 
     def sample(self, *, num_prompts: int | None = None, explore: bool = True, **kwargs) -> list[SingleAgentEpisode]:
         """Sample `num_prompts` groups of `group_size` one-step episodes."""
@@ -193,11 +204,13 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
         start = time.perf_counter()
         episodes = []
-        for (_, info), ids, out in zip(problems, prompt_ids, outputs):
+        indices = [info["problem_index"] for (_, info), out in zip(problems, outputs) for _ in out.outputs]
+        infos = iter(self._score(self.env, indices, [c for out in outputs for c in out.outputs]))
+        for ids, out in zip(prompt_ids, outputs):
             group_id = (self.worker_index << 40) + self._num_groups
             self._num_groups += 1
             for completion in out.outputs:
-                episodes.append(self._episode(ids, completion, group_id, *self._score(self.env, info["problem_index"], completion)))
+                episodes.append(self._episode(ids, completion, group_id, next(infos)))
         self.metrics.log_value(SCORING_TIME, time.perf_counter() - start, reduce="sum")
         self.last_sample_timing[SCORING_TIME] = time.perf_counter() - start
 
@@ -208,7 +221,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
         return episodes
 
-    def _episode(self, prompt_ids, completion, group_id: int, score: float, info: dict) -> SingleAgentEpisode:
+    def _episode(self, prompt_ids, completion, group_id: int, info: dict) -> SingleAgentEpisode:
         cfg = self.config
         response = np.asarray(completion.token_ids, dtype=np.int64)
         truncated = completion.finish_reason == "length"
@@ -228,12 +241,12 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         ep.add_env_step(
             observation=prompt,
             action=response,
-            reward=score + penalty,
+            reward=float(info["score"]) + penalty,
             infos=info,
             terminated=True,
             extra_model_outputs={
                 GROUP_ID: group_id,
-                SCORE: score,
+                SCORE: float(info["score"]),
                 ACC: float(info["acc"]),
                 TRUNCATED: truncated,
                 SCORE_TIMED_OUT: bool(info[SCORE_TIMED_OUT]),
@@ -270,7 +283,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         scoring = tqdm(total=len(mine) * num_samples, desc="scoring", unit="sample", disable=not progress)
         records = []
         for i, out in zip(mine, outputs):
-            infos = [self._score(env, i, c)[1] for c in out.outputs]
+            infos = self._score(env, [i] * len(out.outputs), out.outputs)
             scoring.update(len(infos))
             records.append(
                 {

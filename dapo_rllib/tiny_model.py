@@ -1,29 +1,40 @@
-"""The small default policy: a Qwen2-architecture causal LM built and warm-started locally.
+"""The small default policies: Qwen2-architecture causal LMs built and warm-started locally.
 
-Nothing is downloaded. `ensure_tiny_model()` builds, once, into a cache directory:
+Nothing is downloaded. `ensure_tiny_model(task)` builds, once, into a cache directory:
 
-1. a byte-level BPE tokenizer trained on the arithmetic task's own text (digits are split one by
-   one, as Qwen's tokenizer does, so numbers stay learnable), with a Qwen-style chat template;
+1. a byte-level BPE tokenizer trained on the task's own text (digits are split one by one, as
+   Qwen's tokenizer does, so numbers stay learnable), with a Qwen-style chat template;
 2. a ~1M-parameter `Qwen2ForCausalLM` (a standard Hugging Face architecture, so vLLM serves it);
-3. a short supervised warm start on worked arithmetic solutions, so that RL starts from a policy
-   that is sometimes right.
+3. a short supervised warm start on worked answers, so that RL starts from a policy that is
+   sometimes right.
 
-The warm start imitates three ways of ending a solution, in the proportions of `ANSWER_STYLES`,
-and only the first is scored correct by the DAPO math scorer ("Answer: 85." keeps its period;
-"The answer is 85." has no "Answer:" line; see rewards/math_dapo.py). Part of what RL then
-learns from the verifiable reward is that format, the rest is getting the sum right: both show
-up in held-out accuracy. The result is a plain `save_pretrained` directory: any other Hugging Face
-model directory (a local Qwen2.5 checkpoint, say) can be used in its place.
+Two tasks (`RECIPES`): "arithmetic" (the math environment's built-in problems) and "code" (the
+code environment's generated function-writing tasks). The warm start imitates several ways of
+answering, in fixed proportions, and only some of them earn the reward:
+
+- arithmetic: "Answer: 85" is right; "Answer: 85." keeps its period and "The answer is 85." has
+  no "Answer:" line, both wrong for the DAPO math scorer (see rewards/math_dapo.py);
+- code: `return a + b` in the requested function is right; printing instead of returning, or
+  naming the function `solution`, fails the tests.
+
+Part of what RL then learns from the verifiable reward is that format, the rest is getting the
+task right: both show up in held-out accuracy. The result is a plain `save_pretrained`
+directory: any other Hugging Face model directory (a local Qwen2.5 checkpoint, say) can be used
+in its place.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +52,67 @@ CHAT_TEMPLATE = (
 )
 # (weight, format) of the final line; only "Answer: {r}" satisfies the DAPO scorer.
 ANSWER_STYLES = ((0.4, "Answer: {r}"), (0.3, "Answer: {r}."), (0.3, "The answer is {r}."))
-TINY_MODEL_VERSION = "tiny-qwen2-arith-v1"
+# (weight, style) of a code answer; only "return" passes the tests.
+CODE_ANSWER_STYLES = ((0.4, "return"), (0.3, "print"), (0.3, "wrong name"))
+
+
+def worked_solution(problem_text: str, style: str) -> str:
+    """The worked arithmetic solution the warm start imitates, ending in one of the ANSWER_STYLES."""
+    a, op, b = parse_arithmetic_question(problem_text)
+    result = a + b if op == "+" else a - b
+    return f"{a} {op} {b} = {result}\n" + style.format(r=result)
+
+
+def code_answer(task, style: str) -> str:
+    """The task's reference solution, or one of the CODE_ANSWER_STYLES of getting it wrong."""
+    from dapo_rllib.data.code_tasks import reference_solution
+
+    solution = reference_solution(task)
+    if style == "print":
+        return re.sub(r"return (.+)", r"print(\1)", solution)
+    if style == "wrong name":
+        return re.sub(r"def \w+\(", "def solution(", solution)
+    return solution
+
+
+def _code_train_tasks(seed: int) -> list:
+    from dapo_rllib.data.code_tasks import generate_code_tasks
+
+    return generate_code_tasks("train", seed=seed)
+
+
+@dataclass(frozen=True)
+class WarmStartRecipe:
+    """What a tiny model learns before RL: a task's training problems and ways of answering.
+
+    Attributes:
+        version: Name of its cache directory (bump it when the recipe changes).
+        train_problems: seed -> training problems (with chat `messages`).
+        answer: (problem, style) -> the response text imitated.
+        styles: (weight, style) pairs: how often each way of answering is imitated.
+    """
+
+    version: str
+    train_problems: Callable[[int], list]
+    answer: Callable[[Any, str], str]
+    styles: tuple[tuple[float, str], ...]
+
+
+RECIPES: dict[str, WarmStartRecipe] = {
+    "arithmetic": WarmStartRecipe(
+        "tiny-qwen2-arith-v1",
+        lambda seed: generate_arithmetic_problems("train", seed=seed),
+        lambda problem, style: worked_solution(problem.prompt_text, style),
+        ANSWER_STYLES,
+    ),
+    "code": WarmStartRecipe("tiny-qwen2-code-v1", _code_train_tasks, code_answer, CODE_ANSWER_STYLES),
+}
+
+
+def _recipe(task: str) -> WarmStartRecipe:
+    if task not in RECIPES:
+        raise ValueError(f"no tiny model for task {task!r}; expected one of {sorted(RECIPES)}")
+    return RECIPES[task]
 
 
 def default_cache_dir() -> Path:
@@ -49,15 +120,8 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("DAPO_RLLIB_CACHE", Path.home() / ".cache" / "dapo_rllib"))
 
 
-def default_tiny_model_path() -> Path:
-    return default_cache_dir() / TINY_MODEL_VERSION
-
-
-def worked_solution(problem_text: str, style: str) -> str:
-    """The worked solution the warm start imitates, ending in one of the ANSWER_STYLES."""
-    a, op, b = parse_arithmetic_question(problem_text)
-    result = a + b if op == "+" else a - b
-    return f"{a} {op} {b} = {result}\n" + style.format(r=result)
+def default_tiny_model_path(task: str = "arithmetic") -> Path:
+    return default_cache_dir() / _recipe(task).version
 
 
 def build_tokenizer(corpus: list[str]):
@@ -90,16 +154,16 @@ def build_tokenizer(corpus: list[str]):
     )
 
 
-def _sft_examples(tokenizer, num_examples: int, seed: int) -> list[tuple[list[int], list[int]]]:
+def _sft_examples(recipe: WarmStartRecipe, tokenizer, num_examples: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, response ids + eos) pairs of training-split problems."""
     rng = np.random.default_rng(seed)
-    problems = generate_arithmetic_problems("train", seed=seed)
-    weights = np.array([w for w, _ in ANSWER_STYLES])
+    problems = recipe.train_problems(seed)
+    weights = np.array([w for w, _ in recipe.styles])
     examples = []
     for i in range(num_examples):
         problem = problems[i % len(problems)]
-        style = ANSWER_STYLES[rng.choice(len(ANSWER_STYLES), p=weights / weights.sum())][1]
-        response = worked_solution(problem.prompt_text, style)
+        style = recipe.styles[rng.choice(len(recipe.styles), p=weights / weights.sum())][1]
+        response = recipe.answer(problem, style)
         response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         examples.append((render_prompt_ids(tokenizer, problem.messages), response_ids))
     return examples
@@ -119,8 +183,8 @@ def _collate(examples, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return ids, labels, attn
 
 
-def _warm_start(model, tokenizer, *, steps: int, batch_size: int, lr: float, seed: int) -> None:
-    examples = _sft_examples(tokenizer, steps * batch_size, seed)
+def _warm_start(recipe: WarmStartRecipe, model, tokenizer, *, steps: int, batch_size: int, lr: float, seed: int) -> None:
+    examples = _sft_examples(recipe, tokenizer, steps * batch_size, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -150,6 +214,7 @@ def _warm_start(model, tokenizer, *, steps: int, batch_size: int, lr: float, see
 def build_tiny_model(
     output_dir: str | os.PathLike,
     *,
+    task: str = "arithmetic",
     sft_steps: int = 800,
     batch_size: int = 64,
     lr: float = 3e-3,
@@ -162,13 +227,12 @@ def build_tiny_model(
     """
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
+    recipe = _recipe(task)
     output_dir = Path(output_dir)
     torch.manual_seed(seed)
     corpus = [
-        p.prompt_text
-        + "\n"
-        + worked_solution(p.prompt_text, ANSWER_STYLES[i % len(ANSWER_STYLES)][1])
-        for i, p in enumerate(generate_arithmetic_problems("train", seed=seed))
+        p.messages[-1]["content"] + "\n" + recipe.answer(p, recipe.styles[i % len(recipe.styles)][1])
+        for i, p in enumerate(recipe.train_problems(seed))
     ]
     tokenizer = build_tokenizer(corpus)
     config = Qwen2Config(
@@ -187,8 +251,8 @@ def build_tiny_model(
     )
     model = Qwen2ForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"[tiny model] building {n_params / 1e6:.2f}M-parameter Qwen2 into {output_dir}", flush=True)
-    _warm_start(model, tokenizer, steps=sft_steps, batch_size=batch_size, lr=lr, seed=seed)
+    print(f"[tiny model] building a {n_params / 1e6:.2f}M-parameter Qwen2 for {task} into {output_dir}", flush=True)
+    _warm_start(recipe, model, tokenizer, steps=sft_steps, batch_size=batch_size, lr=lr, seed=seed)
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=output_dir.name + ".", dir=output_dir.parent))
@@ -202,9 +266,9 @@ def build_tiny_model(
     return output_dir
 
 
-def ensure_tiny_model(path: str | os.PathLike | None = None, **build_kwargs) -> Path:
-    """Return the tiny model's directory, building it first if it is not there yet."""
-    path = Path(path) if path is not None else default_tiny_model_path()
+def ensure_tiny_model(path: str | os.PathLike | None = None, *, task: str = "arithmetic", **build_kwargs) -> Path:
+    """Return the directory of the tiny model for `task`, building it first if it is not there yet."""
+    path = Path(path) if path is not None else default_tiny_model_path(task)
     if not (path / "config.json").exists():
-        build_tiny_model(path, **build_kwargs)
+        build_tiny_model(path, task=task, **build_kwargs)
     return path

@@ -1,5 +1,7 @@
 """Gymnasium environments for DAPO training."""
 
+from envs.code_env import CodeEnv
 from envs.math_env import MathEnv
+from envs.problem_env import ProblemEnv
 
-__all__ = ["MathEnv"]
+__all__ = ["CodeEnv", "MathEnv", "ProblemEnv"]

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_dapo.py"
 SWEEP = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_sweep.py"
+CODE = ROOT / "tuned_examples" / "dapo" / "tiny_code_dapo.py"
 PPO = ROOT / "tests" / "configs" / "ppo_cartpole.py"
 RLLIB = [str(Path(sys.executable).with_name("rllib"))]
 # Small, fast evaluation for the tests: 16 held-out problems, 2 samples each.
@@ -203,6 +204,18 @@ def test_evaluate_a_checkpoint_on_another_dataset(dapo_run, tmp_path):
     assert report["settings"]["num_samples"] == 3 and report["settings"]["max_response_length"] == 32
     assert [p["num_samples"] for p in report["problems"]] == [3] * 6
     assert metrics["avg@3"] == pytest.approx(np.mean([p["accuracy"] for p in report["problems"]]))
+
+
+def test_code_example_trains_on_sandboxed_rewards(tiny_code_model_path, tmp_path):
+    """The code env inside a Ray env runner: generation, sandboxed scoring, update, validation."""
+    out = run_ok(
+        "train", "file", CODE, "--no-tune", "--stop", '{"training_iteration": 1}', "--config", json.dumps(FAST_EVAL),
+        "--name", "code", "--num-cpus", "2", cwd=tmp_path,
+    )
+    assert "iter   1 | acc" in out and "validation code_arithmetic/avg@2: " in out
+    last = json.loads((tmp_path / "runs" / "code" / "trials.json").read_text())[0]["last"]
+    assert last["rollout/groups_kept"] == 16
+    assert 0.0 <= last["evaluation/code_arithmetic/avg@2"] <= 1.0 and last["evaluation/code_arithmetic/num_problems"] == 16
 
 
 def test_data_convert_writes_dapo_rows_and_reports_drops(tmp_path):

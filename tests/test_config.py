@@ -95,3 +95,13 @@ def test_sweep_example_grid_searches_clip_high_and_group_size(tiny_model_path):
     # One trial at a time on 2 CPUs: the driver + learner and one env runner, 1 CPU each.
     assert (config.num_cpus_for_main_process, config.num_env_runners, config.num_cpus_per_env_runner) == (1, 1, 1)
     assert stop == {"training_iteration": 12}
+
+
+def test_code_example_is_the_math_example_with_the_environment_and_model_switched(tiny_model_path, tiny_code_model_path):
+    math_config, math_stop = load_example("tiny_arithmetic_dapo.py")
+    code_config, code_stop = load_example("tiny_code_dapo.py")
+    math_settings, code_settings = math_config.to_dict(), code_config.to_dict()
+    changed = sorted(k for k in math_settings if math_settings[k] != code_settings[k])
+    assert changed == ["env", "env_config", "eval_dataset", "max_response_length", "model_path"]
+    assert (code_config.env, code_config.model_path, code_stop) == ("dapo_code", tiny_code_model_path, math_stop)
+    code_config.validate()

@@ -1,4 +1,4 @@
-"""Tests for the single-step math environment."""
+"""Tests of what only the math environment does: scoring and scorers (shared interface: test_problem_env.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,6 @@ from envs import MathEnv
 
 def _correct(ground_truth: str) -> str:
     return f"Let me think step by step.\nAnswer: {ground_truth}"
-
-
-def _draw(env: MathEnv, n: int) -> list[int]:
-    return [env.reset()[1]["problem_index"] for _ in range(n)]
 
 
 def test_correct_answer_gets_plus_one():
@@ -49,122 +45,6 @@ def test_wrong_answer_gets_minus_one():
     _, reward, terminated, _, step_info = env.step(_correct(wrong))
     assert reward == -1.0 and terminated
     assert step_info["acc"] is False and step_info["pred"] == wrong
-
-
-def test_observation_is_a_copy():
-    env = MathEnv({"num_problems": 3})
-    obs, info = env.reset()
-    obs[0]["content"] = "tampered"
-    assert env.problem(info["problem_index"]).prompt_text != "tampered"
-
-
-def test_replay_by_problem_index_does_not_move_cursor():
-    reference = MathEnv({"num_problems": 10, "seed": 5})
-    expected = _draw(reference, 4)
-
-    env = MathEnv({"num_problems": 10, "seed": 5})
-    got = []
-    for _ in range(4):
-        _, info = env.reset()
-        got.append(info["problem_index"])
-        # G completions of the same prompt, each scored as its own episode.
-        for completion in ("Answer: 0", _correct(info["ground_truth"])):
-            obs, replay_info = env.reset(options={"problem_index": info["problem_index"]})
-            assert replay_info["problem_index"] == info["problem_index"]
-            assert obs[0]["content"] == env.problem(info["problem_index"]).prompt_text
-            env.step(completion)
-    assert got == expected
-
-
-def test_bad_problem_index():
-    env = MathEnv({"num_problems": 10})
-    with pytest.raises(IndexError, match=r"problem index 10 .*10 problems"):
-        env.reset(options={"problem_index": 10})
-    with pytest.raises(IndexError, match="-1"):
-        env.reset(options={"problem_index": -1})
-    with pytest.raises(ValueError, match="problem_idx"):
-        env.reset(options={"problem_idx": 0})
-
-
-@pytest.mark.parametrize("shuffle", [True, False])
-def test_each_epoch_covers_every_problem_once(shuffle):
-    n = 7
-    env = MathEnv({"num_problems": n, "shuffle": shuffle})
-    epochs: dict[int, list[int]] = {}
-    for _ in range(3 * n):
-        _, info = env.reset()
-        epochs.setdefault(info["epoch"], []).append(info["problem_index"])
-    assert sorted(epochs) == [0, 1, 2]
-    for order in epochs.values():
-        assert sorted(order) == list(range(n))
-    if shuffle:
-        assert epochs[0] != epochs[1] or epochs[1] != epochs[2]
-    else:
-        assert all(order == list(range(n)) for order in epochs.values())
-
-
-def test_seed_controls_order_and_reset_seed_restarts():
-    a = _draw(MathEnv({"num_problems": 50, "seed": 1}), 50)
-    b = _draw(MathEnv({"num_problems": 50, "seed": 2}), 50)
-    assert a != b and sorted(a) == sorted(b)
-
-    env = MathEnv({"num_problems": 50, "seed": 2})
-    _draw(env, 13)
-    _, info = env.reset(seed=1)
-    assert info["epoch"] == 0
-    assert [info["problem_index"]] + _draw(env, 49) == a
-
-
-def test_problem_set_does_not_depend_on_seed():
-    problems = [MathEnv({"num_problems": 5, "seed": s}).problem(0) for s in (0, 1)]
-    assert problems[0] == problems[1]
-
-
-def test_get_state_set_state_resumes_the_same_prompts():
-    config = {"num_problems": 6, "seed": 11}
-    uninterrupted = MathEnv(config)
-    expected = [uninterrupted.reset()[0] for _ in range(20)]
-
-    first = MathEnv(config)
-    seen = [first.reset()[0] for _ in range(8)]  # mid-way through epoch 1
-    state = first.get_state()
-
-    resumed = MathEnv(config)
-    _draw(resumed, 3)  # state of the fresh env must be overwritten entirely
-    resumed.set_state(state)
-    seen += [resumed.reset()[0] for _ in range(12)]
-    assert seen == expected
-
-
-def test_set_state_rejects_other_dataset_size():
-    state = MathEnv({"num_problems": 6}).get_state()
-    with pytest.raises(ValueError, match="6 problems"):
-        MathEnv({"num_problems": 7}).set_state(state)
-
-
-def test_step_requires_reset():
-    env = MathEnv({"num_problems": 3})
-    with pytest.raises(RuntimeError, match=r"reset\(\)"):
-        env.step("Answer: 1")
-    _, info = env.reset()
-    env.step(_correct(info["ground_truth"]))
-    with pytest.raises(RuntimeError, match=r"reset\(\)"):
-        env.step(_correct(info["ground_truth"]))
-
-
-def test_non_str_action():
-    env = MathEnv({"num_problems": 3})
-    env.reset()
-    with pytest.raises(TypeError, match="int"):
-        env.step(42)
-
-
-def test_bytes_action_is_decoded_with_replacement():
-    env = MathEnv({"num_problems": 3})
-    _, info = env.reset()
-    action = b"\xff\xfe not UTF-8 \xed\xa0\x80\nAnswer: " + info["ground_truth"].encode()
-    _, reward, _, _, step_info = env.step(action)
-    assert reward == 1.0 and step_info["pred"] == info["ground_truth"]
 
 
 def _mixed_source_file(tmp_path: Path) -> tuple[Path, list]:
@@ -261,20 +141,6 @@ def test_bad_scorer_config_fails_at_construction(config, message):
         MathEnv({"num_problems": 3, **config})
 
 
-def test_unknown_config_key_is_rejected_but_underscore_keys_pass():
-    with pytest.raises(ValueError, match=r"num_problem\b.*num_problems"):
-        MathEnv({"num_problem": 3})
-    assert MathEnv({"num_problems": 3, "_caller_note": "x"}).num_problems == 3
-
-
-def test_ray_env_context_config():
-    env_context = pytest.importorskip("ray.rllib.env.env_context")
-    config = env_context.EnvContext({"num_problems": 4, "split": "test"}, worker_index=1)
-    env = MathEnv(config)
-    assert env.num_problems == 4
-    assert {env.problem(i) for i in range(4)} == set(generate_arithmetic_problems("test", 4))
-
-
 def test_file_dataset(tmp_path):
     problems = generate_arithmetic_problems("test", 5)
     rows = [problem_to_row(p) for p in problems]
@@ -292,22 +158,15 @@ def test_file_dataset(tmp_path):
     assert env.problem(1).data_source == "math_dapo"
 
 
-def test_file_dataset_config_errors(tmp_path):
+def test_file_data_source_without_default_scorer_needs_one(tmp_path):
     rows = [problem_to_row(p) for p in generate_arithmetic_problems("test", 2)]
-    path = tmp_path / "eval.jsonl"
-    write_jsonl(rows, path)
-    with pytest.raises(ValueError, match="num_problems"):
-        MathEnv({"dataset": str(path), "num_problems": 1})
-
     rows[0]["data_source"] = "code_contests"
+    path = tmp_path / "eval.jsonl"
     write_jsonl(rows, path)
     with pytest.raises(ValueError, match=r"code_contests.*math_dapo.*'scorer'"):
         MathEnv({"dataset": str(path)})
     # Choosing a scorer for the unknown data source makes the file usable.
     assert MathEnv({"dataset": str(path), "scorer": {"code_contests": "math_verify"}}).num_problems == 2
-
-    with pytest.raises(FileNotFoundError):
-        MathEnv({"dataset": str(tmp_path / "missing.jsonl")})
 
 
 def test_aime_file_dataset():

@@ -33,7 +33,7 @@ logger = logging.getLogger("dapo_rllib.data")
 REQUIRED_COLUMNS = ("prompt", "reward_model")
 #: ``data_source`` of rows that do not name one (DAPO-Math-17K's own value).
 DEFAULT_DATA_SOURCE = "math_dapo"
-#: File suffixes :func:`load_math_dataset` understands.
+#: File suffixes :func:`read_rows` understands.
 SUPPORTED_SUFFIXES = (".parquet", ".jsonl")
 
 
@@ -94,17 +94,7 @@ def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
             data source that is not a string.
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"math dataset file not found: {path}")
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
-        raise ValueError(
-            f"unsupported math dataset suffix {path.suffix!r} for {path}; "
-            f"supported suffixes: {', '.join(SUPPORTED_SUFFIXES)}"
-        )
-    rows = read_parquet_rows(path) if suffix == ".parquet" else read_jsonl_rows(path)
-    if not rows:
-        raise ValueError(f"math dataset {path} contains no rows")
+    rows = read_rows(path, "math dataset")
 
     columns = list(dict.fromkeys(key for row in rows for key in row))
     for column in REQUIRED_COLUMNS:
@@ -207,6 +197,32 @@ def write_jsonl(rows: Iterable[dict], path: str | os.PathLike[str]) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def read_rows(path: Path, what: str) -> list[dict[str, Any]]:
+    """Read the rows of a ``.parquet`` or ``.jsonl`` file; errors name the file.
+
+    Args:
+        path: The file.
+        what: What the file holds, for errors (e.g. ``"math dataset"``, ``"code task"``).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: Unsupported suffix, empty file, no rows, a file that is not parquet,
+            or a jsonl line that is not UTF-8, not JSON, or not a JSON object.
+    """
+    if not path.exists():
+        raise FileNotFoundError(f"{what} file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise ValueError(
+            f"unsupported {what} file suffix {path.suffix!r} for {path}; "
+            f"supported suffixes: {', '.join(SUPPORTED_SUFFIXES)}"
+        )
+    rows = read_parquet_rows(path) if suffix == ".parquet" else read_jsonl_rows(path)
+    if not rows:
+        raise ValueError(f"{what} file {path} contains no rows")
+    return rows
+
+
 def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
     """Read a parquet file as plain Python rows.
 
@@ -218,7 +234,7 @@ def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     if path.stat().st_size == 0:
-        raise ValueError(f"math dataset {path} is an empty file")
+        raise ValueError(f"{path} is an empty file")
     try:
         table = pq.read_table(path)
     except pa.ArrowException as e:
@@ -338,5 +354,6 @@ __all__ = [
     "problem_to_row",
     "read_jsonl_rows",
     "read_parquet_rows",
+    "read_rows",
     "write_jsonl",
 ]

@@ -1,0 +1,510 @@
+"""Code tasks: a prompt asking for Python code and the tests that judge it.
+
+Three test formats (``CodeTask.kind``), as found in public code-RL data:
+
+- ``"assert"``: statements (``assert add(1, 2) == 3``) run after the candidate's code, each
+  on its own (AceCode-87K's ``test_cases``);
+- ``"stdio"``: cases ``{"input": str, "output": str}``: the candidate is run as a program with
+  the input on stdin, and its stdout must equal the output up to trailing whitespace (APPS,
+  CodeContests);
+- ``"function"``: ``{"fn_name": str, "inputs": [[args...], ...], "outputs": [value, ...]}``:
+  the candidate's function ``fn_name`` is called with each argument list and must return the
+  expected JSON value (APPS/TACO call-based problems).
+
+A row of a ``.jsonl``/``.parquet`` file (:func:`load_code_tasks`)::
+
+    {"data_source": "my_code",                                     # optional, default "code"
+     "prompt": [{"role": "user", "content": "..."}],               # or "question": "..."
+     "tests": ["assert add(1, 2) == 3", ...]}                      # or one of:
+     "stdio": [{"input": "1 2\\n", "output": "3\\n"}, ...]
+     "function": {"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]}
+
+Names used elsewhere are accepted too: ``test_cases`` (AceCode-87K) for ``tests``; and an
+``{"inputs", "outputs"[, "fn_name"]}`` object, as a JSON string or not, in ``input_output``
+(APPS, TACO) or ``reward_model.ground_truth`` (verl's code rows), which is a ``function`` spec
+when it names a function and ``stdio`` cases otherwise. ``stdio`` and ``function`` may also be
+JSON strings, which is how parquet holds values of mixed types.
+
+:func:`generate_code_tasks` is the built-in task for the tiny model: one-line arithmetic
+functions ("Write a Python function `add(a, b)` that returns the sum of its two arguments."),
+in the ``function`` format, with a disjoint held-out split like the arithmetic generator's.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import reprlib
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any, NamedTuple, TypeAlias
+
+from dapo_rllib.data.datasets import messages_key, parse_prompt, read_rows
+
+logger = logging.getLogger("dapo_rllib.data")
+
+TASK_KINDS = ("assert", "stdio", "function")
+#: The row key that holds each kind's tests (and the key of :attr:`CodeTask.ground_truth`).
+ROW_KEY_BY_KIND = {"assert": "tests", "stdio": "stdio", "function": "function"}
+#: ``data_source`` of file rows that do not name one.
+DEFAULT_CODE_DATA_SOURCE = "code"
+#: ``data_source`` of the generated tasks.
+GENERATED_CODE_DATA_SOURCE = "code_arithmetic"
+#: How a plain ``question`` becomes the user message; the generated tasks use it too.
+CODE_PROMPT_TEMPLATE = "{question} Answer with a single ```python code block."
+#: Longer test specs are reported by digest: the ground truth travels with every episode.
+GROUND_TRUTH_MAX_CHARS = 2000
+
+
+def _short_repr() -> Callable[[Any], str]:
+    """``repr`` with long strings and containers elided, for error messages."""
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = 120
+    return short.repr
+
+
+_short = _short_repr()
+
+
+class StdioCase(NamedTuple):
+    """One run of a stdin/stdout program: what it reads and what it must print."""
+
+    input: str
+    output: str
+
+
+@dataclass(frozen=True)
+class FunctionTests:
+    """Calls ``fn_name(*inputs[i])`` that must return ``outputs[i]`` (JSON values)."""
+
+    fn_name: str
+    inputs: tuple[list, ...]
+    outputs: tuple[Any, ...]
+
+
+#: The tests of a task, by kind: assert statements, stdio cases, or function calls.
+TestSpec: TypeAlias = tuple[str, ...] | tuple[StdioCase, ...] | FunctionTests
+
+
+@dataclass(frozen=True)
+class CodeTask:
+    """One code task: the chat prompt and the tests a candidate program must pass.
+
+    Attributes:
+        messages: The prompt as chat messages, each ``{"role": str, "content": str}``.
+        tests: The tests, in the form of ``kind`` (see :data:`TestSpec`).
+        kind: ``"assert"``, ``"stdio"`` or ``"function"``.
+        data_source: Where the task comes from (metrics are reported per source).
+        index: Position of the task in its dataset after deduplication.
+        copies: How many rows of its file held this (prompt, tests) pair.
+    """
+
+    messages: tuple[dict, ...]
+    tests: TestSpec
+    kind: str
+    data_source: str
+    index: int
+    copies: int = 1
+    # The tests as compact JSON, built once: the dedup key, part of the hash, and the ground truth.
+    _tests_json: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tests", checked_tests(self.kind, self.tests))
+        object.__setattr__(self, "_tests_json", _compact_json({ROW_KEY_BY_KIND[self.kind]: tests_to_json(self.tests)}))
+
+    def __hash__(self) -> int:
+        # Message dicts and argument lists are unhashable; their JSON forms stand in.
+        return hash((messages_key(self.messages), self._tests_json, self.data_source, self.index, self.copies))
+
+    @property
+    def num_tests(self) -> int:
+        return len(self.tests.inputs) if self.kind == "function" else len(self.tests)
+
+    @cached_property
+    def ground_truth(self) -> str:
+        """The tests as a JSON row fragment (``{"tests": [...]}``, ``{"function": {...}}``...).
+
+        Specs longer than :data:`GROUND_TRUTH_MAX_CHARS` are given as
+        ``{"kind", "num_tests", "sha256"}`` of their full JSON instead.
+        """
+        if len(self._tests_json) <= GROUND_TRUTH_MAX_CHARS:
+            return self._tests_json
+        digest = hashlib.sha256(self._tests_json.encode()).hexdigest()
+        return _compact_json({"kind": self.kind, "num_tests": self.num_tests, "sha256": digest})
+
+
+# --- files -------------------------------------------------------------------------------
+
+
+def load_code_tasks(path: str | os.PathLike[str]) -> list[CodeTask]:
+    """Load the code tasks of a ``.jsonl`` or ``.parquet`` file (row format: module docstring).
+
+    Rows with the same prompt and tests are merged into the first, whose ``copies`` counts them.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: A file :func:`~dapo_rllib.data.datasets.read_rows` cannot read, a row
+            without a prompt or tests, with more than one of them, or with malformed ones (the
+            message names the row).
+    """
+    path = Path(path)
+    rows = read_rows(path, "code task")
+
+    first_rows: dict[tuple, CodeTask] = {}
+    copies: Counter[tuple] = Counter()
+    for row_number, row in enumerate(rows):
+        task = _task_from_row(row, f"row {row_number} of {path}", index=len(first_rows))
+        key = (messages_key(task.messages), task._tests_json)
+        copies[key] += 1
+        first_rows.setdefault(key, task)
+    tasks = [replace(task, copies=copies[key]) for key, task in first_rows.items()]
+    logger.info(
+        "Loaded %d code tasks from %s (%d rows, %d duplicates removed)",
+        len(tasks),
+        path,
+        len(rows),
+        len(rows) - len(tasks),
+    )
+    return tasks
+
+
+def task_to_row(task: CodeTask) -> dict:
+    """A row of the file format that loads back as ``task`` (inverse of the loader)."""
+    return {
+        "data_source": task.data_source,
+        "prompt": [dict(message) for message in task.messages],
+        ROW_KEY_BY_KIND[task.kind]: tests_to_json(task.tests),
+    }
+
+
+def _task_from_row(row: Mapping[str, Any], where: str, index: int) -> CodeTask:
+    data_source = row.get("data_source", DEFAULT_CODE_DATA_SOURCE)
+    if not isinstance(data_source, str):
+        raise ValueError(f"{where}: data_source must be a string, got {type(data_source).__name__} {_short(data_source)}")
+    messages = _row_messages(row, where)
+    column, kind, spec = _row_tests(row, where)
+    try:
+        return CodeTask(messages, spec, kind, data_source, index)
+    except ValueError as error:
+        raise ValueError(f"{where}, {column!r}: {error}") from None
+
+
+def _row_messages(row: Mapping[str, Any], where: str) -> tuple[dict, ...]:
+    prompt, question = row.get("prompt"), row.get("question")
+    if (prompt is None) == (question is None):
+        raise ValueError(
+            f"{where}: expected exactly one of 'prompt' (a list of chat messages) and "
+            f"'question' (a string), got {'both' if prompt is not None else 'neither'}"
+        )
+    if prompt is not None:
+        return parse_prompt(prompt, where)
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"{where}: question must be a non-empty string, got {_short(question)}")
+    return ({"role": "user", "content": CODE_PROMPT_TEMPLATE.format(question=question)},)
+
+
+def _row_sources(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The places of ``row`` that can hold tests and are not missing (parquet fills absent columns with None)."""
+    reward_model = row.get("reward_model")
+    candidates = {
+        "tests": row.get("tests"),
+        "test_cases": row.get("test_cases"),
+        "stdio": row.get("stdio"),
+        "function": row.get("function"),
+        "input_output": row.get("input_output"),
+        "reward_model.ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None,
+    }
+    return {name: value for name, value in candidates.items() if value is not None}
+
+
+def _row_tests(row: Mapping[str, Any], where: str) -> tuple[str, str, Any]:
+    """``(column, kind, unchecked tests)`` of a row."""
+    sources = _row_sources(row)
+    if len(sources) != 1:
+        raise ValueError(
+            f"{where}: expected the tests in exactly one of 'tests' (assert statements), 'stdio' "
+            f"(input/output cases), 'function' ({{fn_name, inputs, outputs}}), or their aliases "
+            f"'test_cases', 'input_output', 'reward_model.ground_truth'; found {sorted(sources) or 'none'}"
+        )
+    ((column, value),) = sources.items()
+    if column in ("tests", "test_cases"):
+        return column, "assert", value
+    value = _decoded_json(value, f"{where}, {column!r}")
+    if column in ("stdio", "function"):
+        return column, column, value
+    return column, *_inputs_outputs_tests(value, f"{where}, {column!r}")
+
+
+def _decoded_json(value: Any, where: str) -> Any:
+    """``value``, parsed first if it is a JSON string."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where}: not valid JSON ({error.msg}): {_short(value)}") from None
+
+
+def _inputs_outputs_tests(value: Any, where: str) -> tuple[str, Any]:
+    """``(kind, unchecked tests)`` of an APPS/TACO ``{"inputs", "outputs"[, "fn_name"]}`` object."""
+    if not (isinstance(value, Mapping) and {"inputs", "outputs"} <= set(value)):
+        raise ValueError(f"{where}: expected an object with 'inputs' and 'outputs' (and 'fn_name' for a function), got {_short(value)}")
+    if value.get("fn_name") is not None:
+        return "function", value
+    inputs, outputs = value["inputs"], value["outputs"]
+    if not (isinstance(inputs, list) and isinstance(outputs, list) and len(inputs) == len(outputs)):
+        raise ValueError(f"{where}: 'inputs' and 'outputs' must be lists of the same length, got {_short(inputs)} and {_short(outputs)}")
+    return "stdio", [{"input": i, "output": o} for i, o in zip(inputs, outputs)]
+
+
+# --- test specs: checking and JSON form ----------------------------------------------------
+
+
+def checked_tests(kind: str, tests: Any) -> TestSpec:
+    """``tests`` (row values, or an already built spec) checked and converted to the :data:`TestSpec` of ``kind``.
+
+    Raises:
+        ValueError: Unknown kind, no tests, or tests of the wrong shape.
+    """
+    if kind not in TASK_KINDS:
+        raise ValueError(f"unknown code task kind {kind!r}; expected one of {TASK_KINDS}")
+    checker: Callable[[Any], TestSpec] = {"assert": _assert_tests, "stdio": _stdio_cases, "function": _function_tests}[kind]
+    return checker(tests)
+
+
+def _non_empty_list(value: Any, what: str) -> list:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"expected a non-empty list of {what}, got {type(value).__name__} {_short(value)}")
+    return list(value)
+
+
+def _assert_tests(tests: Any) -> tuple[str, ...]:
+    tests = _non_empty_list(tests, "test statements (strings)")
+    for i, test in enumerate(tests):
+        if not isinstance(test, str) or not test.strip():
+            raise ValueError(f"test {i} must be a non-empty string of Python statements, got {_short(test)}")
+        try:
+            ast.parse(test)
+        except SyntaxError as error:
+            raise ValueError(f"test {i} is not valid Python ({error.msg}): {_short(test)}") from None
+    return tuple(tests)
+
+
+def _stdio_cases(tests: Any) -> tuple[StdioCase, ...]:
+    cases = []
+    for i, case in enumerate(_non_empty_list(tests, "{'input', 'output'} cases")):
+        if isinstance(case, StdioCase):
+            case = case._asdict()
+        if not (isinstance(case, Mapping) and isinstance(case.get("input"), str) and isinstance(case.get("output"), str)):
+            raise ValueError(f"case {i} must be an object with string 'input' and 'output', got {_short(case)}")
+        cases.append(StdioCase(case["input"], case["output"]))
+    return tuple(cases)
+
+
+def _function_tests(tests: Any) -> FunctionTests:
+    if isinstance(tests, FunctionTests):
+        tests = tests_to_json(tests)
+    if not isinstance(tests, Mapping):
+        raise ValueError(f"expected an object {{fn_name, inputs, outputs}}, got {_short(tests)}")
+    fn_name = tests.get("fn_name")
+    if not (isinstance(fn_name, str) and fn_name.isidentifier()):
+        raise ValueError(f"fn_name must be a Python identifier, got {_short(fn_name)}")
+    inputs = _non_empty_list(tests.get("inputs"), "argument lists")
+    outputs = _non_empty_list(tests.get("outputs"), "expected return values")
+    if len(inputs) != len(outputs):
+        raise ValueError(f"{len(inputs)} inputs but {len(outputs)} outputs; expected one output per input")
+    for i, arguments in enumerate(inputs):
+        if not isinstance(arguments, (list, tuple)):
+            raise ValueError(f"inputs[{i}] must be the list of arguments of a call, got {_short(arguments)}")
+    try:
+        # Round-tripped so the spec holds exactly the JSON values the sandboxed harness compares with.
+        inputs, outputs = json.loads(json.dumps([inputs, outputs], allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"inputs and outputs must be JSON values ({error})") from None
+    return FunctionTests(fn_name, tuple(inputs), tuple(outputs))
+
+
+def tests_to_json(spec: TestSpec) -> Any:
+    """The row form of a checked spec: a list of assert strings, of {"input", "output"} objects, or a {"fn_name", "inputs", "outputs"} object."""
+    if isinstance(spec, FunctionTests):
+        return {"fn_name": spec.fn_name, "inputs": list(spec.inputs), "outputs": list(spec.outputs)}
+    return [case._asdict() if isinstance(case, StdioCase) else case for case in spec]
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# --- the built-in generator -----------------------------------------------------------------
+
+
+class Operation(NamedTuple):
+    """How a generated function combines its two arguments."""
+
+    description: str  # completes "returns ..."
+    expression: str  # Python, over the placeholders {a} and {b}
+    apply: Callable[[int, int], int]
+
+
+OPERATIONS: dict[str, Operation] = {
+    "sum": Operation("the sum of its two arguments", "{a} + {b}", lambda a, b: a + b),
+    "difference": Operation("its first argument minus its second", "{a} - {b}", lambda a, b: a - b),
+    "product": Operation("the product of its two arguments", "{a} * {b}", lambda a, b: a * b),
+    "maximum": Operation("the larger of its two arguments", "max({a}, {b})", lambda a, b: max(a, b)),
+    "minimum": Operation("the smaller of its two arguments", "min({a}, {b})", lambda a, b: min(a, b)),
+}
+#: Names of the generated functions: one that says what it does, and neutral ones that make
+#: the model read the description.
+NAMED_FUNCTIONS = {"sum": "add", "difference": "subtract", "product": "multiply", "maximum": "larger", "minimum": "smaller"}
+NEUTRAL_FUNCTION_NAMES = ("f", "solve", "compute", "combine", "calc")
+PARAMETER_PAIRS = (("a", "b"), ("x", "y"), ("m", "n"), ("p", "q"), ("u", "v"), ("i", "j"))
+#: "... plus K" for K in 1..MAX_ADDEND; 0: no addend.
+MAX_ADDEND = 9
+CODE_SPLITS = ("train", "test")
+#: A task is in "test" iff its hash is divisible by this (so ~1/10 of them).
+TEST_SPLIT_MODULUS = 10
+#: Tests per generated task: (3, 5), on which every operation differs, and random pairs.
+FIXED_TEST_ARGUMENTS = (3, 5)
+NUM_RANDOM_TESTS = 3
+RANDOM_ARGUMENT_RANGE = (-20, 20)
+
+_GENERATED_PROMPT_RE = re.compile(
+    r"Write a Python function `(?P<name>\w+)\((?P<a>\w+), (?P<b>\w+)\)` that returns "
+    r"(?P<description>.+?)(?: plus (?P<addend>\d+))?\."
+)
+
+
+class GeneratedFunction(NamedTuple):
+    """A generated task: ``def name(a, b): return <operation> + addend``."""
+
+    name: str
+    parameters: tuple[str, str]
+    operation: str
+    addend: int
+
+    @property
+    def question(self) -> str:
+        """E.g. "Write a Python function `add(a, b)` that returns the sum of its two arguments plus 3."."""
+        a, b = self.parameters
+        plus = f" plus {self.addend}" if self.addend else ""
+        return f"Write a Python function `{self.name}({a}, {b})` that returns {OPERATIONS[self.operation].description}{plus}."
+
+    @property
+    def solution(self) -> str:
+        """The reference answer: the function in one ```python block."""
+        a, b = self.parameters
+        expression = OPERATIONS[self.operation].expression.format(a=a, b=b)
+        plus = f" + {self.addend}" if self.addend else ""
+        return f"```python\ndef {self.name}({a}, {b}):\n    return {expression}{plus}\n```"
+
+    @property
+    def key(self) -> str:
+        """A stable name of the task, e.g. ``"add(a, b) = sum + 3"``: it seeds the split and the tests."""
+        return f"{self.name}({', '.join(self.parameters)}) = {self.operation} + {self.addend}"
+
+    @property
+    def split(self) -> str:
+        """``"test"`` or ``"train"``, from a hash that is stable across processes."""
+        digest = hashlib.sha256(self.key.encode()).digest()
+        return "test" if int.from_bytes(digest, "big") % TEST_SPLIT_MODULUS == 0 else "train"
+
+    def tests(self) -> FunctionTests:
+        # Seeded by the task itself, so its tests do not depend on the generator's shuffle seed
+        # (str seeds are hashed with SHA-512: stable across processes and Python versions).
+        rng = random.Random(self.key)
+        low, high = RANDOM_ARGUMENT_RANGE
+        calls = [FIXED_TEST_ARGUMENTS] + [(rng.randint(low, high), rng.randint(low, high)) for _ in range(NUM_RANDOM_TESTS)]
+        apply = OPERATIONS[self.operation].apply
+        return FunctionTests(self.name, tuple(list(call) for call in calls), tuple(apply(*call) + self.addend for call in calls))
+
+
+def _all_generated_functions() -> list[GeneratedFunction]:
+    return [
+        GeneratedFunction(name, parameters, operation, addend)
+        for operation in OPERATIONS
+        for name in (NAMED_FUNCTIONS[operation], *NEUTRAL_FUNCTION_NAMES)
+        for parameters in PARAMETER_PAIRS
+        for addend in range(MAX_ADDEND + 1)
+    ]
+
+
+def generate_code_tasks(split: str, num_problems: int | None = None, *, seed: int = 0) -> list[CodeTask]:
+    """The generated function-writing tasks of ``split``, in a deterministic ``seed``-dependent order.
+
+    Args:
+        split: ``"train"`` or ``"test"`` (about a tenth of the 1800 tasks, disjoint from train).
+        num_problems: Take the first ``num_problems`` of the shuffled split; ``None``: all.
+        seed: Seed of the shuffle.
+
+    Raises:
+        ValueError: Unknown split, or ``num_problems`` negative or larger than the split.
+    """
+    if split not in CODE_SPLITS:
+        raise ValueError(f"unknown code task split {split!r}; expected one of {CODE_SPLITS}")
+    functions = [function for function in _all_generated_functions() if function.split == split]
+    random.Random(seed).shuffle(functions)
+    if num_problems is not None:
+        if not 0 <= num_problems <= len(functions):
+            raise ValueError(f"num_problems={num_problems} is out of range: the generated code {split!r} split has {len(functions)} tasks")
+        functions = functions[:num_problems]
+    return [
+        CodeTask(
+            messages=({"role": "user", "content": CODE_PROMPT_TEMPLATE.format(question=function.question)},),
+            tests=function.tests(),
+            kind="function",
+            data_source=GENERATED_CODE_DATA_SOURCE,
+            index=i,
+        )
+        for i, function in enumerate(functions)
+    ]
+
+
+def parse_generated_task(task: CodeTask) -> GeneratedFunction:
+    """The generated function a task of :func:`generate_code_tasks` asks for.
+
+    Raises:
+        ValueError: ``task`` is not a generated task.
+    """
+    match = _GENERATED_PROMPT_RE.search(task.messages[-1]["content"])
+    operation = next((name for name, op in OPERATIONS.items() if match and op.description == match["description"]), None)
+    if operation is None:
+        raise ValueError(f"not a generated code task: {_short(task.messages[-1]['content'])}")
+    return GeneratedFunction(match["name"], (match["a"], match["b"]), operation, int(match["addend"] or 0))
+
+
+def reference_solution(task: CodeTask) -> str:
+    """A correct answer to a generated task, e.g. "```python\\ndef add(a, b):\\n    return a + b\\n```".
+
+    Raises:
+        ValueError: ``task`` is not a generated task.
+    """
+    return parse_generated_task(task).solution
+
+
+__all__ = [
+    "CODE_PROMPT_TEMPLATE",
+    "DEFAULT_CODE_DATA_SOURCE",
+    "GENERATED_CODE_DATA_SOURCE",
+    "OPERATIONS",
+    "TASK_KINDS",
+    "CodeTask",
+    "FunctionTests",
+    "GeneratedFunction",
+    "StdioCase",
+    "TestSpec",
+    "checked_tests",
+    "generate_code_tasks",
+    "load_code_tasks",
+    "parse_generated_task",
+    "reference_solution",
+    "task_to_row",
+    "tests_to_json",
+]

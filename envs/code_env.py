@@ -1,0 +1,167 @@
+"""Code tasks as a single-step language environment (episodes: :mod:`envs.problem_env`).
+
+``step(completion_text)`` runs the completion's code against the task's tests in the sandbox
+(:mod:`dapo_rllib.sandbox`) and scores it (+1 all tests pass, -1 otherwise; or the fraction
+passed). :meth:`CodeEnv.step_many` scores many completions at once on the sandbox's parallel
+pool, which is how an env runner should score a generation round.
+
+All environments of a process with the same sandbox settings share one :class:`Sandbox`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dapo_rllib.data.code_tasks import CodeTask, generate_code_tasks, load_code_tasks
+from dapo_rllib.rewards.code import REWARD_MODES, score_code_many
+from dapo_rllib.rewards.text import as_text
+from dapo_rllib.sandbox import Sandbox, SandboxLimits
+from envs.problem_env import PROBLEM_CONFIG, ProblemEnv
+
+#: Value of the "dataset" config key that selects the built-in generator.
+GENERATED_DATASET = "generated"
+
+#: Config keys and their defaults.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "dataset": GENERATED_DATASET,
+    **PROBLEM_CONFIG,
+    "reward": "binary",
+    "timeout_s": SandboxLimits.timeout_s,
+    "memory_mb": SandboxLimits.memory_mb,
+    "max_workers": None,
+}
+
+
+class CodeEnv(ProblemEnv[CodeTask]):
+    """Single-step environment over code tasks.
+
+    Config keys (all optional; see ``DEFAULT_CONFIG``):
+        dataset: ``"generated"`` for the built-in function-writing tasks, or the path of a
+            ``.jsonl``/``.parquet`` file of code tasks (row format:
+            :mod:`dapo_rllib.data.code_tasks`).
+        split: ``"train"`` or ``"test"`` split of the generated tasks (ignored for files: pass
+            another file for evaluation).
+        num_problems: Number of generated tasks (``None``: the whole split), the same ones for
+            every seed. Not supported for files.
+        shuffle: Draw tasks in a fresh random order each epoch (else in dataset order).
+        seed: Seed of the draw order.
+        reward: ``"binary"`` (+1 when every test passes, else -1) or ``"fraction"`` (the
+            fraction of tests passed, in [0, 1]).
+        timeout_s: Seconds of wall-clock time, and of CPU time, that one sandbox run (the
+            candidate and its tests; for stdin/stdout tasks, one case) may take.
+        memory_mb: Memory limit of a sandbox run, in MiB.
+        max_workers: Sandbox runs at the same time (``None``: the sandbox's default).
+
+    Keys starting with ``"_"`` are reserved for callers and ignored; any other unknown key is
+    an error (see :class:`ProblemEnv`).
+    """
+
+    DEFAULT_CONFIG = DEFAULT_CONFIG
+    BUILTIN_DATASET = GENERATED_DATASET
+    PROBLEMS_NOUN = "tasks"
+    _generate = staticmethod(generate_code_tasks)
+    _load_file = staticmethod(load_code_tasks)
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        settings = self._settings(config)
+        if settings["reward"] not in REWARD_MODES:
+            raise ValueError(f"CodeEnv 'reward' must be one of {REWARD_MODES}, got {settings['reward']!r}")
+        self._reward = settings["reward"]
+        # Built before the tasks are loaded, so that bad limits fail fast.
+        self._sandbox = shared_sandbox(_sandbox_limits(settings), _checked_max_workers(settings["max_workers"]))
+        super().__init__(settings)
+
+    @property
+    def sandbox_isolation(self) -> dict[str, str]:
+        """How the sandbox isolates candidate programs (see :attr:`Sandbox.isolation`)."""
+        return self._sandbox.isolation
+
+    def step(self, action: str | bytes) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
+        """Score the completion ``action``; the episode always terminates.
+
+        ``action`` is the completion text; bytes are decoded as UTF-8, with invalid sequences
+        (and lone surrogates in a str) replaced by U+FFFD. The info holds the score and the
+        test results (see :meth:`step_many`).
+        """
+        index = self._end_episode(action)
+        (info,) = self._score([index], [action])
+        return self._messages(index), info["score"], True, False, info
+
+    def step_many(self, problem_indices: Sequence[int], completions: Sequence[str | bytes]) -> list[dict[str, Any]]:
+        """Score ``completions[k]`` on task ``problem_indices[k]``, all in parallel.
+
+        The same as ``reset(options={"problem_index": i})`` + ``step(completion)`` for each
+        pair, without touching the draw order or an episode in progress. Each info holds
+        ``score``, ``acc``, ``pred`` (a pass/fail letter per test, for majority voting),
+        ``ground_truth``, ``problem_index``, ``data_source``, ``tests_passed``,
+        ``tests_total``, ``failure`` and ``score_timed_out`` (see
+        :func:`dapo_rllib.rewards.code.score_code_many`).
+
+        Raises:
+            ValueError: The two sequences differ in length.
+            IndexError, TypeError: A bad problem index or completion.
+        """
+        if len(problem_indices) != len(completions):
+            raise ValueError(
+                f"step_many needs one problem index per completion, got {len(problem_indices)} "
+                f"indices and {len(completions)} completions"
+            )
+        indices = [self._check_index(i) for i in problem_indices]
+        for completion in completions:
+            self._check_action(completion)
+        return self._score(indices, completions)
+
+    def _score(self, indices: list[int], completions: Sequence[str | bytes]) -> list[dict[str, Any]]:
+        tasks = [self._problems[i] for i in indices]
+        results = score_code_many(
+            [(as_text(completion), task) for completion, task in zip(completions, tasks)],
+            self._sandbox,
+            reward=self._reward,
+        )
+        return [
+            {
+                "score": result["score"],
+                "acc": result["acc"],
+                "pred": result["pred"],
+                "ground_truth": task.ground_truth,
+                "problem_index": index,
+                "data_source": task.data_source,
+                "tests_passed": result["tests_passed"],
+                "tests_total": result["tests_total"],
+                "failure": result["failure"],
+                "score_timed_out": result["score_timed_out"],
+            }
+            for index, task, result in zip(indices, tasks, results)
+        ]
+
+
+@functools.cache
+def shared_sandbox(limits: SandboxLimits, max_workers: int | None) -> Sandbox:
+    """The process's sandbox for these settings, shared by all environments that use them."""
+    sandbox = Sandbox(limits, max_workers=max_workers)
+    atexit.register(sandbox.close)
+    return sandbox
+
+
+def _sandbox_limits(settings: Mapping[str, Any]) -> SandboxLimits:
+    timeout_s, memory_mb = settings["timeout_s"], settings["memory_mb"]
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < math.inf:
+        raise ValueError(f"CodeEnv 'timeout_s' must be a finite number of seconds > 0, got {timeout_s!r}")
+    if isinstance(memory_mb, bool) or not isinstance(memory_mb, numbers.Integral) or memory_mb <= 0:
+        raise ValueError(f"CodeEnv 'memory_mb' must be a positive whole number of MiB, got {memory_mb!r}")
+    # The CPU-time limit follows the wall-clock one, so that timeout_s is the one time knob.
+    return SandboxLimits(timeout_s=float(timeout_s), cpu_s=math.ceil(timeout_s), memory_mb=int(memory_mb))
+
+
+def _checked_max_workers(max_workers: Any) -> int | None:
+    if max_workers is None:
+        return None
+    if isinstance(max_workers, bool) or not isinstance(max_workers, numbers.Integral) or max_workers <= 0:
+        raise ValueError(f"CodeEnv 'max_workers' must be a positive int or None (the sandbox's default), got {max_workers!r}")
+    return int(max_workers)
+

@@ -1,0 +1,250 @@
+"""The part of a single-step problem environment that does not depend on the problems.
+
+An episode is one prompt and one completion: ``reset()`` returns a problem's prompt as chat
+messages and ``step(completion_text)`` scores the completion and terminates. GRPO/DAPO
+sample G completions per prompt; each one is scored as its own episode by replaying the
+prompt with ``reset(options={"problem_index": i})``.
+
+:class:`ProblemEnv` owns the config keys, the problem list, the seeded draw order and its
+checkpoint state, and the episode bookkeeping; a subclass loads its problems and scores
+completions in ``step()`` (see :class:`envs.math_env.MathEnv`, :class:`envs.code_env.CodeEnv`).
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+import os
+import string
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+#: Config keys every problem environment has besides "dataset", and their defaults.
+PROBLEM_CONFIG: dict[str, Any] = {"split": "train", "num_problems": None, "shuffle": True, "seed": 0}
+
+_RESET_OPTIONS = ("problem_index",)
+
+
+class Problem(Protocol):
+    """What an environment needs of a problem: the prompt, and what its info reports."""
+
+    @property
+    def messages(self) -> tuple[dict, ...]: ...
+
+    @property
+    def ground_truth(self) -> str: ...
+
+    @property
+    def data_source(self) -> str: ...
+
+
+ProblemT = TypeVar("ProblemT", bound=Problem)
+
+
+class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
+    """Single-step environment over a list of problems, drawn in a seeded order.
+
+    A subclass sets the class attributes and, in its ``__init__(config)``, checks the config
+    with :meth:`_settings`, checks its own keys, then calls ``super().__init__(settings)``.
+
+    Config keys every subclass has (in its ``DEFAULT_CONFIG``: ``"dataset"`` and
+    :data:`PROBLEM_CONFIG`):
+        dataset: ``BUILTIN_DATASET`` for the built-in generator, or the path of a
+            ``.jsonl``/``.parquet`` file.
+        split: ``"train"`` or ``"test"`` split of the generator (ignored for files: pass
+            another file for evaluation).
+        num_problems: Number of generated problems (``None``: the whole split), the same ones
+            for every seed. Not supported for files.
+        shuffle: Draw problems in a fresh random order each epoch (else in dataset order).
+        seed: Seed of the draw order.
+
+    Keys starting with ``"_"`` are reserved for callers and ignored; any other unknown key is
+    an error, so that a typo cannot silently fall back to a default.
+    """
+
+    #: Config keys and their defaults.
+    DEFAULT_CONFIG: ClassVar[Mapping[str, Any]]
+    #: Value of the "dataset" config key that selects the built-in generator.
+    BUILTIN_DATASET: ClassVar[str]
+    #: What the problems are called in error messages ("problems", "tasks").
+    PROBLEMS_NOUN: ClassVar[str] = "problems"
+    #: ``_generate(split, num_problems)``: the built-in problems (a staticmethod).
+    _generate: ClassVar[Callable[[str, int | None], list]]
+    #: ``_load_file(path)``: the problems of a dataset file (a staticmethod).
+    _load_file: ClassVar[Callable[[str | os.PathLike[str]], list]]
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    @classmethod
+    def _settings(cls, config: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Every ``DEFAULT_CONFIG`` key, with its value from ``config`` where given."""
+        # Ray passes an EnvContext, a dict subclass; plain dicts work the same.
+        config = dict(config or {})
+        unknown = sorted(k for k in config if not str(k).startswith("_") and k not in cls.DEFAULT_CONFIG)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} config keys {unknown}; valid keys: {sorted(cls.DEFAULT_CONFIG)}")
+        return {key: config.get(key, default) for key, default in cls.DEFAULT_CONFIG.items()}
+
+    def __init__(self, settings: Mapping[str, Any]):
+        """Load the problems and start the draw order; ``settings`` comes from :meth:`_settings`."""
+        self._problems: list[ProblemT] = self._load_problems(settings)
+        if not self._problems:
+            raise ValueError(f"{self._name} dataset {settings['dataset']!r} has no {self.PROBLEMS_NOUN}")
+
+        self.observation_space = spaces.Sequence(
+            spaces.Dict(
+                {
+                    "role": spaces.Text(max_length=64, charset=string.ascii_letters + "_"),
+                    "content": spaces.Text(min_length=0, max_length=100_000, charset=string.printable),
+                }
+            ),
+            stack=False,
+        )
+        self.action_space = spaces.Text(min_length=0, max_length=1_000_000, charset=string.printable)
+
+        self._shuffle = bool(settings["shuffle"])
+        self._restart(settings["seed"])
+        # Index of the problem awaiting a step(), or None outside an episode.
+        self._current: int | None = None
+
+    @property
+    def _name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def num_problems(self) -> int:
+        """Number of (distinct) problems in the dataset."""
+        return len(self._problems)
+
+    def problem(self, i: int) -> ProblemT:
+        """Problem ``i`` of the dataset."""
+        return self._problems[self._check_index(i)]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """Start an episode and return ``(prompt messages, info)``.
+
+        Without options the next problem of the draw order is used; each
+        epoch visits every problem once. ``options={"problem_index": i}``
+        replays problem ``i`` without advancing the draw order. ``seed``
+        re-seeds the order and restarts it from epoch 0.
+        """
+        super().reset(seed=seed)
+        if seed is not None:
+            self._restart(seed)
+        options = options or {}
+        unknown = sorted(set(options) - set(_RESET_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown {self._name} reset options {unknown}; valid options: {list(_RESET_OPTIONS)}")
+
+        if "problem_index" in options:
+            index = self._check_index(options["problem_index"])
+        else:
+            index = self._next_index()
+        self._current = index
+        problem = self._problems[index]
+        info = {
+            "problem_index": index,
+            "ground_truth": problem.ground_truth,
+            "data_source": problem.data_source,
+            "epoch": self._epoch,
+        }
+        return self._messages(index), info
+
+    def get_state(self) -> dict[str, Any]:
+        """Draw-order state (cursor, epoch, permutation, RNG), for checkpoints."""
+        return {
+            "cursor": self._cursor,
+            "epoch": self._epoch,
+            "permutation": [int(i) for i in self._permutation],
+            "rng_state": copy.deepcopy(self._rng.bit_generator.state),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`get_state` result, so the same prompts come next.
+
+        Raises:
+            ValueError: The state belongs to a dataset of another size.
+        """
+        permutation = np.asarray(state["permutation"], dtype=np.int64)
+        if len(permutation) != self.num_problems:
+            raise ValueError(
+                f"{self._name} state has a permutation of {len(permutation)} problems, "
+                f"but this dataset has {self.num_problems}"
+            )
+        self._rng.bit_generator.state = copy.deepcopy(state["rng_state"])
+        self._permutation = permutation
+        self._cursor = int(state["cursor"])
+        self._epoch = int(state["epoch"])
+
+    def _end_episode(self, action: Any) -> int:
+        """Check a ``step(action)`` call and end its episode; returns the problem's index."""
+        if self._current is None:
+            raise RuntimeError(f"{self._name}.step() called without an active episode: call reset() first")
+        self._check_action(action)
+        index, self._current = self._current, None
+        return index
+
+    def _check_action(self, action: Any) -> None:
+        if not isinstance(action, (str, bytes)):
+            raise TypeError(
+                f"{self._name} action must be the completion text (str or bytes), got {type(action).__name__}"
+            )
+
+    def _messages(self, index: int) -> list[dict[str, str]]:
+        """Fresh message dicts of problem ``index``, so callers cannot mutate the dataset."""
+        return [dict(message) for message in self._problems[index].messages]
+
+    def _check_index(self, i: Any) -> int:
+        try:
+            index = operator.index(i)
+        except TypeError:
+            raise TypeError(f"problem index must be an int, got {type(i).__name__} {i!r}") from None
+        if not 0 <= index < self.num_problems:
+            raise IndexError(f"problem index {index} out of range: the dataset has {self.num_problems} problems")
+        return index
+
+    def _load_problems(self, settings: Mapping[str, Any]) -> list[ProblemT]:
+        dataset = settings["dataset"]
+        if dataset == self.BUILTIN_DATASET:
+            # The generator's own seed stays fixed: the problem set must depend
+            # only on (split, num_problems), not on each env runner's draw seed.
+            return self._generate(settings["split"], settings["num_problems"])
+        if not isinstance(dataset, (str, os.PathLike)):
+            raise TypeError(
+                f"{self._name} 'dataset' must be {self.BUILTIN_DATASET!r} or a file path, got {type(dataset).__name__}"
+            )
+        if settings["num_problems"] is not None:
+            # Refused rather than ignored: truncating a file is the file's job.
+            raise ValueError(
+                f"{self._name} 'num_problems' applies to the {self.BUILTIN_DATASET!r} dataset only, "
+                f"not to file {dataset!r}; pass a smaller file instead"
+            )
+        return self._load_file(dataset)
+
+    def _restart(self, seed: int) -> None:
+        """Seed the draw order and start it over at epoch 0."""
+        self._rng = np.random.default_rng(seed)
+        self._epoch = 0
+        self._permutation = self._new_permutation()
+        self._cursor = 0
+
+    def _new_permutation(self) -> np.ndarray:
+        if self._shuffle:
+            return self._rng.permutation(self.num_problems)
+        return np.arange(self.num_problems)
+
+    def _next_index(self) -> int:
+        """Advance the cursor, starting a new epoch when the permutation is used up."""
+        if self._cursor >= len(self._permutation):
+            self._epoch += 1
+            self._permutation = self._new_permutation()
+            self._cursor = 0
+        index = int(self._permutation[self._cursor])
+        self._cursor += 1
+        return index
