@@ -81,6 +81,14 @@ def _check_positive(name: str, value: Count | None) -> None:
         raise ValueError(f"{name} must be > 0, got {value}")
 
 
+def _choice(table: dict, key: str, setting: str, plural: str):
+    """``table[key]``, or a ValueError naming the unknown ``setting`` and the valid ones."""
+    try:
+        return table[key]
+    except KeyError:
+        raise ValueError(f"unknown {setting} {key!r}; valid {plural}: {', '.join(table)}") from None
+
+
 def _check_same_shape(**tensors: torch.Tensor) -> None:
     shapes = {name: tuple(t.shape) for name, t in tensors.items()}
     if len(set(shapes.values())) > 1:
@@ -213,12 +221,7 @@ def agg_loss(
     Returns:
         0-dim tensor. Sequences whose mask is all 0 contribute nothing.
     """
-    try:
-        agg_fn = _AGG_FNS[loss_agg_mode]
-    except KeyError:
-        raise ValueError(
-            f"unknown loss_agg_mode {loss_agg_mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}"
-        ) from None
+    agg_fn = _choice(_AGG_FNS, loss_agg_mode, "loss_agg_mode", "modes")
     _check_same_shape(loss_mat=loss_mat, loss_mask=loss_mask)
     _check_positive("num_tokens", num_tokens)
     _check_positive("num_seqs", num_seqs)
@@ -589,11 +592,6 @@ def kl_penalty(
     Returns:
         [batch, time] per-token penalty; aggregate it with ``agg_loss``.
     """
-    try:
-        kl_fn = _KL_FNS[kind]
-    except KeyError:
-        raise ValueError(
-            f"unknown kl_penalty kind {kind!r}; valid kinds: {', '.join(KL_PENALTY_KINDS)}"
-        ) from None
+    kl_fn = _choice(_KL_FNS, kind, "kl_penalty kind", "kinds")
     _check_same_shape(log_probs=log_probs, ref_log_probs=ref_log_probs)
     return kl_fn(log_probs - ref_log_probs)

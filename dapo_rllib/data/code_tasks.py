@@ -35,21 +35,18 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import logging
 import os
 import random
 import re
 import reprlib
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, TypeAlias
 
-from dapo_rllib.data.datasets import messages_key, parse_prompt, read_rows
+from dapo_rllib.data.datasets import merge_repeats, messages_key, parse_prompt, read_rows
 
-logger = logging.getLogger("dapo_rllib.data")
 
 TASK_KINDS = ("assert", "stdio", "function")
 #: The row key that holds each kind's tests (and the key of :attr:`CodeTask.ground_truth`).
@@ -158,22 +155,8 @@ def load_code_tasks(path: str | os.PathLike[str]) -> list[CodeTask]:
     path = Path(path)
     rows = read_rows(path, "code task")
 
-    first_rows: dict[tuple, CodeTask] = {}
-    copies: Counter[tuple] = Counter()
-    for row_number, row in enumerate(rows):
-        task = _task_from_row(row, f"row {row_number} of {path}", index=len(first_rows))
-        key = (messages_key(task.messages), task._tests_json)
-        copies[key] += 1
-        first_rows.setdefault(key, task)
-    tasks = [replace(task, copies=copies[key]) for key, task in first_rows.items()]
-    logger.info(
-        "Loaded %d code tasks from %s (%d rows, %d duplicates removed)",
-        len(tasks),
-        path,
-        len(rows),
-        len(rows) - len(tasks),
-    )
-    return tasks
+    tasks = [_task_from_row(row, f"row {row_number} of {path}", index=0) for row_number, row in enumerate(rows)]
+    return merge_repeats([((messages_key(t.messages), t._tests_json), t) for t in tasks], "code tasks", path)
 
 
 def task_to_row(task: CodeTask) -> dict:

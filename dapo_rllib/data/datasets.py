@@ -22,12 +22,15 @@ import math
 import numbers
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 logger = logging.getLogger("dapo_rllib.data")
+
+#: A loaded item with an ``index`` and ``copies`` (MathProblem, CodeTask).
+ProblemT = TypeVar("ProblemT")
 
 #: Columns every row must have; everything else is optional.
 REQUIRED_COLUMNS = ("prompt", "reward_model")
@@ -104,8 +107,7 @@ def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
                 f"{', '.join(REQUIRED_COLUMNS)}); columns found: {columns}"
             )
 
-    first_rows: dict[tuple, MathProblem] = {}
-    copies: Counter[tuple] = Counter()
+    parsed: list[tuple[tuple, MathProblem]] = []
     numeric_ground_truths = 0
     for row_number, row in enumerate(rows):
         where = f"row {row_number} of {path}"
@@ -118,25 +120,27 @@ def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
             raise TypeError(
                 f"{where}: data_source must be a string, got {type(data_source).__name__} {data_source!r}"
             )
-        key = (messages_key(messages), ground_truth)
-        copies[key] += 1
-        if key not in first_rows:
-            first_rows[key] = MathProblem(messages, ground_truth, data_source, index=len(first_rows))
-    problems = [replace(problem, copies=copies[key]) for key, problem in first_rows.items()]
+        parsed.append(((messages_key(messages), ground_truth), MathProblem(messages, ground_truth, data_source, index=0)))
     if numeric_ground_truths:
         logger.warning(
             "Converted %d numeric ground truths in %s to strings (the scorer compares strings)",
             numeric_ground_truths,
             path,
         )
-    logger.info(
-        "Loaded %d problems from %s (%d rows, %d duplicates removed)",
-        len(problems),
-        path,
-        len(rows),
-        len(rows) - len(problems),
-    )
-    return problems
+    return merge_repeats(parsed, "problems", path)
+
+
+def merge_repeats(keyed: list[tuple[Hashable, ProblemT]], noun: str, path: Path) -> list[ProblemT]:
+    """The distinct items of ``(key, item)`` pairs, first occurrences in order, each with its
+    ``index`` among them and ``copies``, the number of pairs with its key; logged."""
+    first: dict[Hashable, ProblemT] = {}
+    copies: Counter[Hashable] = Counter()
+    for key, item in keyed:
+        copies[key] += 1
+        first.setdefault(key, item)
+    merged = [replace(item, index=index, copies=copies[key]) for index, (key, item) in enumerate(first.items())]
+    logger.info("Loaded %d %s from %s (%d rows, %d duplicates removed)", len(merged), noun, path, len(keyed), len(keyed) - len(merged))
+    return merged
 
 
 def ground_truth_to_str(value: Any, where: str) -> str:
@@ -349,6 +353,7 @@ __all__ = [
     "ground_truth_to_str",
     "iter_utf8_lines",
     "load_math_dataset",
+    "merge_repeats",
     "messages_key",
     "parse_prompt",
     "problem_to_row",
