@@ -56,6 +56,8 @@ PROMPTS_TRUNCATED = "prompts_left_truncated"
 # reuses its seeds at every evaluation, so accuracy changes reflect the weights, not the dice.
 TRAIN_STREAM = 0
 EVAL_STREAM = 1
+# Samples per scoring call during validation (see VLLMEnvRunner.evaluate).
+EVAL_SCORING_CHUNK_SAMPLES = 256
 
 
 def make_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> gym.Env:
@@ -281,24 +283,33 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         seeds = [self._request_seed(EVAL_STREAM, i) for i in mine]
         outputs = self._generate(prompts, self._sampling_params(n=num_samples, explore=False, seeds=seeds), progress=progress)
         scoring = tqdm(total=len(mine) * num_samples, desc="scoring", unit="sample", disable=not progress)
+        # Scored a chunk of problems at a time: enough samples to keep a parallel scorer (the
+        # code env's sandbox pool) busy, few enough for the progress bar to move.
+        per_chunk = max(1, EVAL_SCORING_CHUNK_SAMPLES // num_samples)
+        pairs = list(zip(mine, outputs))
         records = []
-        for i, out in zip(mine, outputs):
-            infos = self._score(env, [i] * len(out.outputs), out.outputs)
-            scoring.update(len(infos))
-            records.append(
-                {
-                    "problem_index": i,
-                    "data_source": env.problem(i).data_source,
-                    "ground_truth": env.problem(i).ground_truth,
-                    "acc": [bool(info["acc"]) for info in infos],
-                    "pred": [info["pred"] for info in infos],
-                    "length": [len(c.token_ids) for c in out.outputs],
-                    "truncated": [c.finish_reason == "length" for c in out.outputs],
-                    "timed_out": [bool(info[SCORE_TIMED_OUT]) for info in infos],
-                }
-            )
+        for start in range(0, len(pairs), per_chunk):
+            chunk = pairs[start : start + per_chunk]
+            infos = iter(self._score(env, [i for i, out in chunk for _ in out.outputs], [c for _, out in chunk for c in out.outputs]))
+            for i, out in chunk:
+                records.append(self._eval_record(env.problem(i), i, out.outputs, [next(infos) for _ in out.outputs]))
+            scoring.update(sum(len(out.outputs) for _, out in chunk))
         scoring.close()
         return records
+
+    @staticmethod
+    def _eval_record(problem, problem_index: int, completions: list, infos: list[dict]) -> dict[str, Any]:
+        """One problem's scored samples (the fields of `dapo_rllib.eval_metrics.ProblemSamples`)."""
+        return {
+            "problem_index": problem_index,
+            "data_source": problem.data_source,
+            "ground_truth": problem.ground_truth,
+            "acc": [bool(info["acc"]) for info in infos],
+            "pred": [info["pred"] for info in infos],
+            "length": [len(c.token_ids) for c in completions],
+            "truncated": [c.finish_reason == "length" for c in completions],
+            "timed_out": [bool(info[SCORE_TIMED_OUT]) for info in infos],
+        }
 
     # ----- weights and state -------------------------------------------------------------
     def load_weights(self, state_dict: dict[str, Any]) -> None:
