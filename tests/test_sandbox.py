@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import socket
 import statistics
 import struct
@@ -599,13 +600,28 @@ print(json.dumps({"isolation": box.isolation, "results": results}))
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 
+@pytest.fixture(scope="module")
+def readable_sandbox_module():
+    """A copy of sandbox.py that nobody can read: the checkout may sit in a private directory
+    (mktemp -d is 0700), which a trainer running as nobody would not be started from."""
+    directory = Path(tempfile.mkdtemp(prefix="dapo-sandbox-module-"))
+    try:
+        directory.chmod(0o755)
+        copy = directory / "sandbox.py"
+        shutil.copyfile(SANDBOX_MODULE, copy)
+        copy.chmod(0o644)
+        yield copy
+    finally:
+        shutil.rmtree(directory)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 @pytest.mark.skipif(not SYSTEM_PYTHON.exists(), reason="needs a system Python readable by every user")
 @pytest.mark.parametrize(
     ("user", "has_unshare", "expected_mode"),
     [("root", False, "no namespaces"), ("nobody", True, "user namespace"), ("nobody", False, "no namespaces")],
 )
-def test_weaker_modes_still_contain_the_attacks(record, user, has_unshare, expected_mode):
+def test_weaker_modes_still_contain_the_attacks(record, readable_sandbox_module, user, has_unshare, expected_mode):
     loop_tag, loop = tagged("while True:\n    pass\n")
     bomb_tag, bomb = tagged("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
     daemon_tag, daemon = tagged("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n")
@@ -624,7 +640,7 @@ def test_weaker_modes_still_contain_the_attacks(record, user, has_unshare, expec
             "    raise SystemExit('refused: ' + os.strerror(ctypes.get_errno()))\n"
         ),
     }
-    command = [str(SYSTEM_PYTHON), "-I", "-c", _OTHER_MACHINE, str(SANDBOX_MODULE)]
+    command = [str(SYSTEM_PYTHON), "-I", "-c", _OTHER_MACHINE, str(readable_sandbox_module)]
     if user == "nobody":
         command = [shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups", *command]
     env = {"PATH": "/usr/bin:/bin" if has_unshare else "/nonexistent", "HOME": "/nonexistent"}
