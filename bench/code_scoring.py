@@ -1,8 +1,8 @@
 """How long the code environment takes to score a training step's candidates (a benchmark).
 
-    python bench/code_scoring.py [--candidates 512] [--repeats 3]
+    python bench/code_scoring.py [--candidates 512] [--repeats 3] [--smoke]
 
-Scores `--candidates` programs for the generated code tasks in one `CodeEnv.step_many` call
+Scores `--candidates` programs for the generated code tasks in one `CodeEnv.score_many` call
 (sandboxed runs on the env's bounded pool), the way an env runner scores a generation round,
 and prints the wall time per candidate. The candidates are the tiny code model's three answer
 styles (dapo_rllib/tiny_model.py): one in the requested function, which passes, and two that
@@ -24,7 +24,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidates", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="one run of 24 candidates (CI: the benchmark still runs)")
     args = parser.parse_args()
+    if args.smoke:
+        args.candidates, args.repeats = 24, 1
 
     env = CodeEnv({"dataset": "generated", "split": "train"})
     indices = [i % env.num_problems for i in range(args.candidates)]
@@ -33,7 +36,7 @@ def main() -> None:
     print(f"{args.candidates} candidates, {os.cpu_count()} CPUs, sandbox isolation: {env.sandbox_isolation}")
     for repeat in range(1, args.repeats + 1):
         start = time.perf_counter()
-        infos = env.step_many(indices, completions)
+        infos = env.score_many([env.problem(i) for i in indices], completions)
         elapsed = time.perf_counter() - start
         failures = collections.Counter(info["failure"] or "pass" for info in infos)
         print(

@@ -1,29 +1,40 @@
 """Where a DAPO training step's time goes, on the tiny example (a benchmark: it prints numbers).
 
-    python bench/step_timing.py [--steps 4] [--num-env-runners 1]
+    python bench/step_timing.py [--steps 4] [--num-env-runners 1] [--smoke]
 
 Runs a few training steps and prints, per step, the wall time split into generation, scoring,
-old log-prob recomputation, the update, and weight sync; then the env runner's generation
-tokens/s next to a bare `vllm.LLM.generate` on the same prompts and sampling settings.
+the update (of which: old log-prob recomputation), and weight sync; then the env runner's
+generation tokens/s next to a bare `vllm.LLM.generate` on the same prompts and sampling settings.
+`--smoke` (CI) runs one step on a quarter of the batch and prints the same table.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
-
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 import numpy as np
 import ray
 
-import dapo_rllib  # noqa: F401
+import dapo_rllib  # noqa: F401  (registers DAPO; vLLM's environment defaults)
+from dapo_rllib.columns import Metrics, tag
 from dapo_rllib.env_runner import build_vllm_engine
+from dapo_rllib.tensorboard import readable_scalars
 from dapo_rllib.train import load_config_file
 from envs.math_env import MathEnv
+
+# (column header, TensorBoard tag) of each timing column.
+COLUMNS = [
+    (header, tag(Metrics.TIMING, name))
+    for header, name in (
+        ("generate", Metrics.GENERATION_S),
+        ("score", Metrics.SCORING_S),
+        ("update", Metrics.UPDATE_S),
+        ("old_logp", Metrics.OLD_LOG_PROBS_S),
+        ("sync", Metrics.WEIGHT_SYNC_S),
+    )
+]
 
 TINY_EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "dapo" / "tiny_arithmetic_dapo.py"
 
@@ -57,28 +68,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--num-env-runners", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true", help="one short step (CI: the benchmark still runs)")
     args = parser.parse_args()
 
     ray.init(num_cpus=2, include_dashboard=False)
     # Steps only: the evaluation before training would count in the first step.
-    config = tiny_example_config().env_runners(num_env_runners=args.num_env_runners).training(val_before_train=False)
+    config = tiny_example_config().env_runners(num_env_runners=args.num_env_runners).evaluation(val_before_train=False)
+    steps = args.steps
+    if args.smoke:
+        steps = 1
+        prompts = max(config.train_batch_size_prompts // 4, config.minibatch_size_prompts)
+        config.training(train_batch_size_prompts=prompts, gen_batch_size_prompts=prompts, dynamic_sampling=False)
     algo = config.build_algo()
-    rows = []
-    print(f"{'step':>4} {'total':>7} {'generate':>9} {'score':>7} {'old_logp':>9} {'update':>7} {'sync':>7} {'rounds':>6} {'gen tok/s':>10}")
-    for step in range(1, args.steps + 1):
+    tokens_per_s = []
+    print(f"{'step':>4} {'total':>7} " + " ".join(f"{h:>9}" for h, _ in COLUMNS) + f" {'rounds':>6} {'gen tok/s':>10}")
+    for step in range(1, steps + 1):
         start = time.perf_counter()
-        result = algo.train()
-        t = result["timing"]
-        rows.append(t)
+        scalars = readable_scalars(algo.train())
+        tokens_per_s.append(scalars[tag(Metrics.TIMING, Metrics.GENERATION_TOKENS_PER_S)])
         print(
-            f"{step:>4} {time.perf_counter() - start:>6.2f}s {t['generation_s']:>8.2f}s {t['scoring_s']:>6.3f}s "
-            f"{t['old_log_probs_s']:>8.2f}s {t['update_s']:>6.2f}s {t['weight_sync_s']:>6.3f}s "
-            f"{result['rollout']['generation_rounds']:>6.0f} {t['generation_tokens_per_s']:>10.0f}"
+            f"{step:>4} {time.perf_counter() - start:>6.2f}s "
+            + " ".join(f"{scalars[t]:>8.3f}s" for _, t in COLUMNS)
+            + f" {scalars[tag(Metrics.ROLLOUT, Metrics.GENERATION_ROUNDS)]:>6.0f} {tokens_per_s[-1]:>10.0f}"
         )
     algo.stop()
-    runner_tps = float(np.mean([r["generation_tokens_per_s"] for r in rows]))
     bare_tps = bare_vllm_tokens_per_s(algo.config, config.gen_batch_size_prompts)
-    print(f"generation tokens/s: env runner {runner_tps:.0f}  vs bare vLLM generate {bare_tps:.0f} (same prompts count and sampling)")
+    print(f"generation tokens/s: env runner {np.mean(tokens_per_s):.0f}  vs bare vLLM generate {bare_tps:.0f} (same prompts count and sampling)")
 
 
 if __name__ == "__main__":

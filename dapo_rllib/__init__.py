@@ -11,6 +11,12 @@ import os
 __version__ = "0.1.0"
 NO_REGISTRATION_ENV = "DAPO_RLLIB_NO_REGISTRATION"
 
+# vLLM reads these when it is imported, and every process that starts an engine imports this
+# package first: the engine stays inside the env runner's process, and the CPU backend's KV cache
+# (GiB) fits next to the learner. Set them in the environment to override.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
 try:
     import ray  # noqa: F401
 except ModuleNotFoundError:  # only the pure math is usable then

@@ -13,45 +13,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-
-
-def _json_dict(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}; expected e.g. '{{\"training_iteration\": 20}}'") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object like '{{\"training_iteration\": 20}}', got {text!r}")
-    return value
-
-
-def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Options shared by `rllib train file` and `python <tuned example>`."""
-    parser.add_argument("--stop", type=_json_dict, default=None, help='stop criteria as JSON, e.g. \'{"training_iteration": 20}\' (default: the file\'s `stop`)')
-    parser.add_argument("--config", dest="config_overrides", type=_json_dict, default=None, help='settings that replace the file\'s, as JSON, e.g. \'{"lr": 1e-5, "num_env_runners": 0}\'')
-    parser.add_argument("--no-tune", action="store_true", help="train in this process instead of as a Ray Tune experiment")
-    parser.add_argument("--storage-path", default="runs", help="parent directory of the run directory (default: ./runs)")
-    parser.add_argument("--name", default=None, help="run (experiment) name; default <Algorithm>_<date>_<time>")
-    parser.add_argument("--checkpoint-freq", type=int, default=0, help="save a checkpoint every N iterations (0: never)")
-    parser.add_argument("--checkpoint-at-end", action=argparse.BooleanOptionalAction, default=True, help="save a checkpoint when the run stops (default: on)")
-    parser.add_argument("--num-samples", type=int, default=1, help="Tune: samples of the config's search space (each grid point this many times)")
-    parser.add_argument("--restore", default=None, help="checkpoint to resume from: iteration counter, weights, optimizer, data position")
-    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all)")
-    return parser
-
-
-def train_options_parser() -> argparse.ArgumentParser:
-    return add_train_options(argparse.ArgumentParser(description="Train this tuned example (options as for `rllib train file`)."))
 
 
 def _train(args) -> None:
     from dapo_rllib.train import TrainOptions, load_config_file, train
 
     config, stop = load_config_file(args.file)
-    options = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__}
-    train(config, TrainOptions(**options | {"stop": args.stop or stop}))
+    train(config, TrainOptions.from_args(args, stop))
 
 
 def _evaluate(args) -> None:
@@ -76,6 +45,7 @@ def _plot(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from dapo_rllib.data.convert import add_convert_arguments, run_convert
+    from dapo_rllib.train import add_train_options, json_dict
 
     parser = argparse.ArgumentParser(prog="rllib", description="RLlib's command line (train, evaluate, export, data, plot), with DAPO registered.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,data,plot}")
@@ -98,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-prompt-length", type=int, default=None, help="prompt tokens, left-truncated (default: the checkpoint's, or 2048 cut to the model's context)")
     evaluate.add_argument("--max-response-length", type=int, default=None, help="generation limit in tokens (default: the checkpoint's, or 20480 cut to the model's context)")
     evaluate.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="vLLM dtype (default: the checkpoint's, or float32)")
-    evaluate.add_argument("--vllm-engine-kwargs", type=_json_dict, default=None, help='extra vllm.LLM arguments as JSON, e.g. \'{"tensor_parallel_size": 4}\'')
+    evaluate.add_argument("--vllm-engine-kwargs", type=json_dict, default=None, help='extra vllm.LLM arguments as JSON, e.g. \'{"tensor_parallel_size": 4}\'')
     evaluate.add_argument("--out", default=None, help="JSON results file (default: eval_results/<model>__<data>__n<n>.json)")
     evaluate.set_defaults(func=_evaluate)
 

@@ -17,21 +17,10 @@ import numpy as np
 import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.core.columns import Columns
+from ray.rllib.utils.metrics import TIMERS
 
 from dapo_rllib import core_algos
-from dapo_rllib.rl_module import LOGP, PROMPT_MASK, RESPONSE_MASK
-
-# Per-episode values the env runner writes into `extra_model_outputs`.
-GROUP_ID = "group_id"
-SCORE = "score"
-ACC = "acc"
-TRUNCATED = "truncated"
-SCORE_TIMED_OUT = "score_timed_out"  # scoring ran out of time: scored wrong, counted
-# Training-batch columns added here.
-OLD_LOGP = "old_logp"
-LOSS_MASK = Columns.LOSS_MASK
-OLD_LOGP_TIME_KEY = "old_log_probs_time_s"
+from dapo_rllib.columns import Columns, Extras, Metrics
 
 
 def episode_value(episode, key: str):
@@ -70,20 +59,20 @@ class PadTokenBatch(ConnectorV2):
             response_ids[i, : len(r)] = r
             response_mask[i, : len(r)] = 1.0
 
-        truncated = np.array([bool(episode_value(ep, TRUNCATED)) for ep in episodes])
+        truncated = np.array([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])
         loss_mask = response_mask.copy()
         if self.overlong_filtering:
             loss_mask[truncated] = 0.0
         if metrics is not None:
-            metrics.log_value("overlong_filtered_fraction", float(truncated.mean()) if self.overlong_filtering else 0.0, window=1)
-            metrics.log_value("loss_tokens_per_step", float(loss_mask.sum()), window=1)
+            metrics.log_value(Metrics.OVERLONG_FILTERED_FRACTION, float(truncated.mean()) if self.overlong_filtering else 0.0, window=1)
+            metrics.log_value(Metrics.LOSS_TOKENS, float(loss_mask.sum()), window=1)
 
         batch[DEFAULT_MODULE_ID] = {
             Columns.OBS: prompt_ids,
-            PROMPT_MASK: prompt_mask,
+            Columns.PROMPT_MASK: prompt_mask,
             Columns.ACTIONS: response_ids,
-            RESPONSE_MASK: response_mask,
-            LOSS_MASK: loss_mask,
+            Columns.RESPONSE_MASK: response_mask,
+            Columns.LOSS_MASK: loss_mask,
         }
         return batch
 
@@ -95,16 +84,16 @@ class GroupAdvantages(ConnectorV2):
     both added by the env runner.
     """
 
-    def __init__(self, *args, norm_by_std: bool = True, **kwargs):
+    def __init__(self, *args, estimator: str = "grpo", **kwargs):
         super().__init__(*args, **kwargs)
-        self.norm_by_std = norm_by_std
+        self.estimator = core_algos.adv_estimator_fn(estimator)
 
     def __call__(self, *, rl_module, batch, episodes, **kwargs):
         episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
         scores = torch.tensor([ep.get_return() for ep in episodes], dtype=torch.float32)
-        group_ids = torch.tensor([int(episode_value(ep, GROUP_ID)) for ep in episodes], dtype=torch.long)
-        advantages = core_algos.compute_group_advantages(scores, group_ids, norm_by_std=self.norm_by_std)
-        response_mask = batch[DEFAULT_MODULE_ID][RESPONSE_MASK]
+        group_ids = torch.tensor([int(episode_value(ep, Extras.GROUP_ID)) for ep in episodes], dtype=torch.long)
+        advantages = self.estimator(scores, group_ids)
+        response_mask = batch[DEFAULT_MODULE_ID][Columns.RESPONSE_MASK]
         batch[DEFAULT_MODULE_ID][Columns.ADVANTAGES] = advantages.numpy()[:, None] * response_mask
         return batch
 
@@ -113,7 +102,8 @@ class RecomputeOldLogProbs(ConnectorV2):
     """Log-probs of the sampled tokens under the policy before this training step's updates.
 
     DAPO (§5) recomputes them with the trainer's model rather than trusting the inference
-    engine's numbers, which differ (kernels, precision). Runs in micro-batches without grad.
+    engine's numbers, which differ (kernels, precision). Runs in micro-batches without grad;
+    its wall time is one of the step's timers (`timing/old_log_probs_s`).
     """
 
     def __init__(self, *args, micro_batch_size: int, **kwargs):
@@ -121,18 +111,17 @@ class RecomputeOldLogProbs(ConnectorV2):
         self.micro_batch_size = micro_batch_size
 
     def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
-        module = rl_module[DEFAULT_MODULE_ID]
-        module = module.unwrapped() if hasattr(module, "unwrapped") else module
+        module = rl_module[DEFAULT_MODULE_ID].unwrapped()
         data = batch[DEFAULT_MODULE_ID]
         n = data[Columns.OBS].shape[0]
-        columns = (Columns.OBS, PROMPT_MASK, Columns.ACTIONS, RESPONSE_MASK)
+        columns = (Columns.OBS, Columns.PROMPT_MASK, Columns.ACTIONS, Columns.RESPONSE_MASK)
         chunks = []
         start_time = time.perf_counter()
         with torch.no_grad():
             for start in range(0, n, self.micro_batch_size):
                 piece = {c: data[c][start : start + self.micro_batch_size] for c in columns}
-                chunks.append(module._forward(piece)[LOGP])
-        data[OLD_LOGP] = torch.cat(chunks, dim=0)
+                chunks.append(module.forward_inference(piece)[Columns.LOGP])
+        data[Columns.OLD_LOGP] = torch.cat(chunks, dim=0)
         if metrics is not None:
-            metrics.log_value(OLD_LOGP_TIME_KEY, time.perf_counter() - start_time, window=1)
+            metrics.log_value((TIMERS, Metrics.OLD_LOG_PROBS_S), time.perf_counter() - start_time, window=1)
         return batch

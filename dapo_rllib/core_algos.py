@@ -15,10 +15,13 @@ function                           paper
 ``compute_group_advantages``       GRPO advantage (§1), used unchanged by DAPO:
                                    ``A_i = (R_i - mean_g R) / (std_g R + eps)``,
                                    the same for every token of ``o_i``.
+                                   Advantage estimator ``"grpo"``;
+                                   ``"dr_grpo"`` drops the std.
 ``compute_policy_loss``            per-token term of the DAPO objective with
                                    Clip-Higher (§2.1):
                                    ``-min(r A, clip(r, 1-eps_low, 1+eps_high) A)``
                                    plus verl's dual clip for ``A < 0``.
+                                   Policy loss ``"ppo_clip"``.
 ``agg_loss``                       Token-Level Policy Gradient Loss (§2.3):
                                    ``sum_{i,t} l_{i,t} / sum_i |o_i|``
                                    ("token-mean"), and the GRPO / Dr. GRPO
@@ -35,6 +38,13 @@ function                           paper
                                    prevents).
 =================================  ==============================================
 
+Policy losses and advantage estimators are looked up by name, so that naive
+GRPO, DAPO, Dr. GRPO or a user's variant is a matter of config values (as in
+verl): ``register_policy_loss(name)`` / ``register_adv_estimator(name)``
+decorate a new one, ``policy_loss_fn(name)`` / ``adv_estimator_fn(name)`` find
+one, ``policy_losses()`` / ``adv_estimators()`` list the names registered so
+far.
+
 Masks are 0/1 (bool or any numeric dtype) with the shape of the values they
 mask. Masked positions are dropped with ``masked_fill`` rather than multiplied
 by zero, so a non-finite value at a padding position (``0 * inf = nan``) can
@@ -43,22 +53,32 @@ never leak into a loss or a metric.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
 
+from dapo_rllib.columns import Metrics
+
 __all__ = [
     "KL_PENALTY_KINDS",
     "LOSS_AGG_MODES",
+    "adv_estimator_fn",
+    "adv_estimators",
     "agg_loss",
     "compute_group_advantages",
     "compute_policy_loss",
+    "dr_grpo_advantages",
     "entropy_from_logits",
     "filter_groups",
     "kl_penalty",
     "masked_mean",
     "overlong_penalty",
+    "policy_loss_fn",
+    "policy_losses",
+    "register_adv_estimator",
+    "register_policy_loss",
 ]
 
 # A count or normaliser: a Python number, or a 0-dim tensor (for instance a
@@ -94,6 +114,55 @@ def _check_same_shape(**tensors: torch.Tensor) -> None:
     if len(set(shapes.values())) > 1:
         described = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
         raise ValueError(f"shapes must match, got {described}")
+
+
+# --------------------------------------------------------------------------
+# Registries: the policy loss and the advantage estimator are config values.
+# --------------------------------------------------------------------------
+
+class _Registry:
+    """Functions by the name a config gives them; ``register(name)`` is a decorator."""
+
+    def __init__(self, setting: str, plural: str):
+        self.setting, self.plural = setting, plural
+        self.table: dict[str, Callable] = {}
+
+    def register(self, name: str) -> Callable[[Callable], Callable]:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a {self.setting} name must be a non-empty string, got {name!r}")
+
+        def decorator(fn: Callable) -> Callable:
+            if name in self.table:
+                raise ValueError(f"{self.setting} {name!r} is already registered; choose another name")
+            self.table[name] = fn
+            return fn
+
+        return decorator
+
+    def lookup(self, name: str) -> Callable:
+        """The function registered as ``name``, or at import path ``"package.module:function"``."""
+        # An import path reaches learners and Tune trials, which run in other processes than
+        # the driver and so miss what its script registered.
+        if isinstance(name, str) and ":" in name and name not in self.table:
+            module, function = name.split(":", 1)
+            return getattr(importlib.import_module(module), function)
+        return _choice(self.table, name, self.setting, self.plural)
+
+    def names(self) -> tuple[str, ...]:
+        """Names registered so far, built-ins first."""
+        return tuple(self.table)
+
+
+# A policy loss is called as
+#     fn(log_probs, old_log_probs, advantages, response_mask, *, clip_eps_low, clip_eps_high,
+#        clip_ratio_c, loss_agg_mode, num_tokens=None, num_seqs=None, loss_scale_factor=None)
+#     -> (0-dim loss, {metric name: detached 0-dim tensor})
+# with the tensors and settings of `compute_policy_loss`; a variant takes **kwargs for the
+# settings it does not use. An advantage estimator is `fn(scores [n], group_ids [n]) -> [n]`.
+_POLICY_LOSSES = _Registry("policy_loss", "policy losses")
+_ADV_ESTIMATORS = _Registry("adv_estimator", "advantage estimators")
+register_policy_loss, policy_loss_fn, policy_losses = _POLICY_LOSSES.register, _POLICY_LOSSES.lookup, _POLICY_LOSSES.names
+register_adv_estimator, adv_estimator_fn, adv_estimators = _ADV_ESTIMATORS.register, _ADV_ESTIMATORS.lookup, _ADV_ESTIMATORS.names
 
 
 # --------------------------------------------------------------------------
@@ -237,10 +306,11 @@ def agg_loss(
 
 
 # --------------------------------------------------------------------------
-# Policy loss (§2.1, Clip-Higher)
+# Policy loss: PPO's clip with Clip-Higher (§2.1)
 # --------------------------------------------------------------------------
 
 
+@register_policy_loss("ppo_clip")
 def compute_policy_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -255,13 +325,16 @@ def compute_policy_loss(
     num_seqs: Count | None = None,
     loss_scale_factor: Count | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate loss with decoupled clip bounds (Clip-Higher).
+    """Clipped surrogate loss with decoupled clip bounds (Clip-Higher):
+    the policy loss ``"ppo_clip"``.
 
     Per token, with ``r = exp(log_probs - old_log_probs)``::
 
         l = max(-A * r, -A * clip(r, 1 - clip_eps_low, 1 + clip_eps_high))
 
-    which is the negative of the paper's ``min(r A, clip(r, ...) A)``. With
+    which is the negative of the paper's ``min(r A, clip(r, ...) A)`` (PPO,
+    Schulman et al., 2017, arXiv 1707.06347; naive GRPO is
+    ``clip_eps_high = clip_eps_low`` without the dual clip). With
     ``clip_eps_high > clip_eps_low`` a token with ``A > 0`` may raise its
     probability further before its gradient is cut, which keeps rare
     "exploration" tokens alive and prevents entropy collapse. If
@@ -291,7 +364,7 @@ def compute_policy_loss(
         - ``pg_clipfrac_high``: fraction with ``A > 0`` and ``r > 1 + eps_high``.
         - ``pg_clipfrac_dual``: fraction with ``A < 0`` and ``r > c`` (where the
           dual clip binds; 0 when it is off).
-        - ``ppo_kl``: mean of ``old_log_probs - log_probs``.
+        - ``approx_kl``: mean of ``old_log_probs - log_probs``.
         - ``ratio_mean``: mean of ``r``.
     """
     _check_same_shape(
@@ -339,11 +412,11 @@ def compute_policy_loss(
         else:
             clipped_dual = negative & (ratio > clip_ratio_c)
         metrics = {
-            "pg_clipfrac_low": masked_mean(clipped_low.to(ratio.dtype), response_mask),
-            "pg_clipfrac_high": masked_mean(clipped_high.to(ratio.dtype), response_mask),
-            "pg_clipfrac_dual": masked_mean(clipped_dual.to(ratio.dtype), response_mask),
-            "ppo_kl": masked_mean(-log_ratio.detach(), response_mask),
-            "ratio_mean": masked_mean(ratio, response_mask),
+            Metrics.PG_CLIPFRAC_LOW: masked_mean(clipped_low.to(ratio.dtype), response_mask),
+            Metrics.PG_CLIPFRAC_HIGH: masked_mean(clipped_high.to(ratio.dtype), response_mask),
+            Metrics.PG_CLIPFRAC_DUAL: masked_mean(clipped_dual.to(ratio.dtype), response_mask),
+            Metrics.APPROX_KL: masked_mean(-log_ratio.detach(), response_mask),
+            Metrics.RATIO_MEAN: masked_mean(ratio, response_mask),
         }
     return loss, metrics
 
@@ -394,6 +467,7 @@ def _group_moments(
     return counts, means, sq_dev
 
 
+@register_adv_estimator("grpo")
 def compute_group_advantages(
     scores: torch.Tensor,
     group_ids: GroupIds,
@@ -401,10 +475,12 @@ def compute_group_advantages(
     eps: float = 1e-6,
     norm_by_std: bool = True,
 ) -> torch.Tensor:
-    """Group-relative advantage of each response (GRPO, kept by DAPO).
+    """Group-relative advantage of each response (GRPO, kept by DAPO): the
+    advantage estimator ``"grpo"``.
 
     ``A_i = (R_i - mean_g) / (std_g + eps)`` over the responses of the same
-    prompt, with the unbiased std (N - 1), as verl. A group of one member gets
+    prompt (Shao et al., 2024, "DeepSeekMath", arXiv 2402.03300), with the
+    unbiased std (N - 1), as verl. A group of one member gets
     ``mean_g = 0, std_g = 1`` (verl's convention), i.e. ``A = R / (1 + eps)``.
     ``norm_by_std=False`` gives ``R_i - mean_g`` (Dr. GRPO), where a single
     member keeps ``A = R``. A group whose scores are all equal gets zeros.
@@ -434,6 +510,15 @@ def compute_group_advantages(
         stds = torch.where(single, 1.0, (sq_dev / (counts - 1).clamp_min(1)).sqrt())
         advantages = advantages / (stds[inverse] + eps)
     return advantages.to(out_dtype)
+
+
+@register_adv_estimator("dr_grpo")
+def dr_grpo_advantages(scores: torch.Tensor, group_ids: GroupIds) -> torch.Tensor:
+    """Dr. GRPO's advantage ``A_i = R_i - mean_g``, without GRPO's division by
+    the group std (Liu et al., 2025, "Understanding R1-Zero-Like Training",
+    arXiv 2503.20783): the advantage estimator ``"dr_grpo"``. Details as in
+    ``compute_group_advantages(..., norm_by_std=False)``."""
+    return compute_group_advantages(scores, group_ids, norm_by_std=False)
 
 
 def filter_groups(

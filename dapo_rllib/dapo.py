@@ -39,24 +39,11 @@ from ray.rllib.utils.metrics import (
 )
 
 from dapo_rllib import core_algos, eval_metrics
-from dapo_rllib.connectors import (
-    ACC,
-    GROUP_ID,
-    OLD_LOGP_TIME_KEY,
-    SCORE,
-    SCORE_TIMED_OUT,
-    TRUNCATED,
-    GroupAdvantages,
-    PadTokenBatch,
-    RecomputeOldLogProbs,
-    episode_value,
-)
-from dapo_rllib.env_runner import GENERATION_TIME, SCORING_TIME
+from dapo_rllib.columns import Extras, Metrics
+from dapo_rllib.connectors import GroupAdvantages, PadTokenBatch, RecomputeOldLogProbs, episode_value
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
 
-ROLLOUT = "rollout"  # metrics key of the per-step sampling statistics
-TIMING = "timing"  # metrics key of the per-step wall-time split
-FILTER_METRICS = {"acc": ACC, "score": SCORE}
+FILTER_METRICS = {"acc": Extras.ACC, "score": Extras.SCORE}
 REMOTE_ENV_RUNNER_STATES = "remote_env_runner_states"  # checkpoint key, see DAPO.get_state
 PROBLEM_SOURCE_KEYS = ("dataset", "split", "num_problems")  # env config keys that eval_dataset replaces
 DATA_FILE_SUFFIXES = (".parquet", ".jsonl")  # an eval_dataset with these names a file; others a built-in set
@@ -118,12 +105,13 @@ class DAPOConfig(AlgorithmConfig):
         self.train_on_partial_batch = False
         self.minibatch_size_prompts = 32
         self.log_prob_micro_batch_size = 64
-        # Loss.
+        # Loss (names in core_algos' registries).
+        self.policy_loss = "ppo_clip"
+        self.adv_estimator = "grpo"
         self.clip_eps_low = 0.2
         self.clip_eps_high = 0.28
         self.clip_ratio_c = 10.0
         self.loss_agg_mode = "token-mean"
-        self.norm_adv_by_std = True
         self.kl_coef = 0.0
         self.kl_penalty = "low_var_kl"
         # Overlong reward shaping.
@@ -153,11 +141,12 @@ class DAPOConfig(AlgorithmConfig):
         train_on_partial_batch: bool = NotProvided,
         minibatch_size_prompts: int = NotProvided,
         log_prob_micro_batch_size: int = NotProvided,
+        policy_loss: str = NotProvided,
+        adv_estimator: str = NotProvided,
         clip_eps_low: float = NotProvided,
         clip_eps_high: float = NotProvided,
         clip_ratio_c: float | None = NotProvided,
         loss_agg_mode: str = NotProvided,
-        norm_adv_by_std: bool = NotProvided,
         kl_coef: float = NotProvided,
         kl_penalty: str = NotProvided,
         overlong_filtering: bool = NotProvided,
@@ -193,14 +182,18 @@ class DAPOConfig(AlgorithmConfig):
                 steps per training step at 512 prompts).
             log_prob_micro_batch_size: Sequences per forward pass when recomputing old
                 log-probs (memory only; no effect on results).
+            policy_loss: Policy loss, by name in `core_algos`' registry: "ppo_clip" (PPO's
+                clipped ratio with the decoupled bounds below; DAPO, GRPO), a name
+                registered with `core_algos.register_policy_loss`, or "module:function".
+            adv_estimator: Advantage estimator, by name in `core_algos`' registry: "grpo"
+                (group-normalised: GRPO, DAPO), "dr_grpo" (group-centred only: Dr. GRPO), a
+                name registered with `core_algos.register_adv_estimator`, or "module:function".
             clip_eps_low, clip_eps_high: Decoupled clip range (Clip-Higher). Reference
                 0.2 and 0.28.
             clip_ratio_c: Dual-clip bound for negative advantages (> 1), None = off.
                 Reference 10.
             loss_agg_mode: "token-mean" (DAPO), "seq-mean-token-mean" (GRPO),
                 "seq-mean-token-sum", "seq-mean-token-sum-norm" (Dr. GRPO).
-            norm_adv_by_std: Divide group-centred rewards by the group std (GRPO/DAPO); False
-                gives Dr. GRPO's advantages.
             kl_coef: Weight of a KL penalty to the initial policy. DAPO: 0 (no reference
                 model is kept).
             kl_penalty: KL estimator, "low_var_kl" (k3), "kl", "abs" or "mse".
@@ -281,20 +274,16 @@ class DAPOConfig(AlgorithmConfig):
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         from dapo_rllib.rl_module import CausalLMRLModule
 
-        return RLModuleSpec(module_class=CausalLMRLModule)
+        return RLModuleSpec(
+            module_class=CausalLMRLModule,
+            model_config={"model_path": self.model_path, "dtype": self.model_dtype, "temperature": self.temperature},
+        )
 
     def get_default_learner_class(self):
         from dapo_rllib.learner import DAPOTorchLearner
 
         return DAPOTorchLearner
 
-    @property
-    def _model_config_auto_includes(self) -> dict[str, Any]:
-        return super()._model_config_auto_includes | {
-            "model_path": self.model_path,
-            "dtype": self.model_dtype,
-            "temperature": self.temperature,
-        }
 
     def build_learner_connector(self, input_observation_space, input_action_space, device=None):
         from transformers import AutoConfig
@@ -303,7 +292,7 @@ class DAPOConfig(AlgorithmConfig):
         model_config = AutoConfig.from_pretrained(self.model_path)
         pad_token_id = getattr(model_config, "pad_token_id", None)
         pipeline.append(PadTokenBatch(pad_token_id=0 if pad_token_id is None else pad_token_id, overlong_filtering=self.overlong_filtering))
-        pipeline.append(GroupAdvantages(norm_by_std=self.norm_adv_by_std))
+        pipeline.append(GroupAdvantages(estimator=self.adv_estimator))
         pipeline.append(NumpyToTensor(as_learner_connector=True, device=device))
         pipeline.append(RecomputeOldLogProbs(micro_batch_size=self.log_prob_micro_batch_size))
         return pipeline
@@ -332,6 +321,11 @@ class DAPOConfig(AlgorithmConfig):
                 self._value_error(message)
 
         need((Path(self.model_path) / "config.json").is_file(), f"model_path={self.model_path!r} is not a Hugging Face model directory (no config.json)")
+        for setting, lookup in (("policy_loss", core_algos.policy_loss_fn), ("adv_estimator", core_algos.adv_estimator_fn)):
+            try:
+                lookup(getattr(self, setting))
+            except (ValueError, ImportError, AttributeError) as error:
+                self._value_error(f"{setting}={getattr(self, setting)!r}: {error}")
         need(self.loss_agg_mode in core_algos.LOSS_AGG_MODES, f"loss_agg_mode={self.loss_agg_mode!r}; expected one of {core_algos.LOSS_AGG_MODES}")
         need(0 <= self.clip_eps_low < 1, f"clip_eps_low={self.clip_eps_low} must be in [0, 1)")
         need(self.clip_eps_high >= 0, f"clip_eps_high={self.clip_eps_high} must be >= 0")
@@ -397,13 +391,12 @@ class DAPO(Algorithm):
         cfg = self.config
         if cfg.val_before_train and self.iteration == 0 and not self._evaluated_before_training:
             self._evaluate_before_training()
-        self._step_timing = defaultdict(float)
-        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+        # RLlib's timers, per step (window 1) rather than smoothed: DAPO's steps differ a lot.
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER), reduce="mean", window=1):
             groups = self._collect_groups()
         episodes = [ep for group in groups for ep in group]
 
-        start = time.perf_counter()
-        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1):
             results = self.learner_group.update(
                 episodes=episodes,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
@@ -412,15 +405,9 @@ class DAPO(Algorithm):
                 shuffle_batch_per_epoch=False,
             )
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
-        learn_s = time.perf_counter() - start
-        old_logp_s = float(self.metrics.peek((LEARNER_RESULTS, OLD_LOGP_TIME_KEY), default=0.0))
 
-        start = time.perf_counter()
-        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
             self.sync_weights_to_env_runners()
-        self._step_timing.update(old_log_probs_s=old_logp_s, update_s=learn_s - old_logp_s, weight_sync_s=time.perf_counter() - start)
-        for key, value in self._step_timing.items():
-            self.metrics.log_value((TIMING, key), value, window=1)
 
     def _evaluate_before_training(self) -> None:
         print("[DAPO] evaluating before the first training step ...", flush=True)
@@ -474,6 +461,7 @@ class DAPO(Algorithm):
         state = super().get_state(components, not_components=not_components, **kwargs)
         # RLlib checkpoints a local env runner only; DAPO's remote ones hold the dataset
         # position and the sampling-seed counter, which a resumed run must continue from.
+        # Checkpointable's private `_check_component`: RLlib has no public way to read `components`.
         if self.env_runner_group.num_remote_env_runners() and self._check_component(REMOTE_ENV_RUNNER_STATES, components, not_components):
             indexed = self.env_runner_group.foreach_env_runner(lambda runner: (runner.worker_index, runner.get_state()), local_env_runner=False)
             state[REMOTE_ENV_RUNNER_STATES] = dict(indexed)
@@ -510,10 +498,9 @@ class DAPO(Algorithm):
             out = group.foreach_env_runner(funcs, local_env_runner=False, remote_worker_ids=list(group.healthy_worker_ids())[: len(funcs)])
         self.metrics.aggregate([metrics for _, metrics, _ in out], key=ENV_RUNNER_RESULTS)
         # Runners generate in parallel: a round takes as long as its slowest runner.
-        for key in (GENERATION_TIME, SCORING_TIME):
-            self._step_timing[key] += max(timing[key] for _, _, timing in out)
-        tokens = sum(timing["generated_tokens"] for _, _, timing in out)
-        self._step_timing["generation_tokens_per_s"] = tokens / max(self._step_timing[GENERATION_TIME], 1e-9)
+        for key in (Metrics.GENERATION_S, Metrics.SCORING_S):
+            self.metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
+        self.metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out), reduce="sum")
         return [ep for episodes, _, _ in out for ep in episodes]
 
     def _collect_groups(self) -> list[list]:
@@ -533,10 +520,15 @@ class DAPO(Algorithm):
             scored = sum(len(g) for g in groups)
             print(f"[DAPO] generation round {rounds}: {scored} samples scored, {len(kept)} informative groups (need {cfg.train_batch_size_prompts})", flush=True)
 
-        self._log_rollout_metrics(generated, kept, rounds)
-        if len(kept) < cfg.train_batch_size_prompts:
+        generation_s = self.metrics.peek((TIMERS, Metrics.GENERATION_S))
+        tokens_per_s = self.metrics.peek((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS)) / max(generation_s, 1e-9)
+        self.metrics.log_value((TIMERS, Metrics.GENERATION_TOKENS_PER_S), tokens_per_s, window=1)
+        informative = len(kept)
+        if informative < cfg.train_batch_size_prompts:
             kept = self._partial_batch_or_raise(kept, generated, rounds)
-        return kept[: cfg.train_batch_size_prompts]
+        kept = kept[: cfg.train_batch_size_prompts]
+        self._log_rollout_metrics(generated, informative, len(kept), rounds)
+        return kept
 
     def _partial_batch_or_raise(self, kept: list, generated: list, rounds: int) -> list:
         cfg = self.config
@@ -555,27 +547,28 @@ class DAPO(Algorithm):
         print(f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)", flush=True)
         return kept[:whole]
 
-    def _log_rollout_metrics(self, generated: list[list], kept: list[list], rounds: int) -> None:
+    def _log_rollout_metrics(self, generated: list[list], informative: int, trained: int, rounds: int) -> None:
         episodes = [ep for g in generated for ep in g]
         lengths = np.array([len(ep.get_actions(0)) for ep in episodes])
-        accs = [np.array([episode_value(ep, ACC) for ep in g]) for g in generated]
+        accs = [np.array([episode_value(ep, Extras.ACC) for ep in g]) for g in generated]
         values = {
-            "generation_rounds": rounds,
-            "groups_generated": len(generated),
-            "groups_kept": min(len(kept), self.config.train_batch_size_prompts),
-            "groups_kept_fraction": len(kept) / max(len(generated), 1),
-            "groups_all_correct_fraction": float(np.mean([a.min() == 1 for a in accs])),
-            "groups_all_wrong_fraction": float(np.mean([a.max() == 0 for a in accs])),
-            "truncation_ratio": float(np.mean([bool(episode_value(ep, TRUNCATED)) for ep in episodes])),
-            "scoring_timeouts": sum(bool(episode_value(ep, SCORE_TIMED_OUT)) for ep in episodes),
-            "response_length_mean": float(lengths.mean()),
-            "response_length_max": int(lengths.max()),
-            "reward_mean": float(np.mean([ep.get_return() for ep in episodes])),
-            "score_mean": float(np.mean([episode_value(ep, SCORE) for ep in episodes])),
-            "acc_mean": float(np.mean([episode_value(ep, ACC) for ep in episodes])),
+            Metrics.GENERATION_ROUNDS: rounds,
+            Metrics.GROUPS_GENERATED: len(generated),
+            Metrics.GROUPS_KEPT: trained,
+            Metrics.GROUPS_KEPT_FRACTION: informative / max(len(generated), 1),
+            Metrics.PARTIAL_BATCH: int(trained < self.config.train_batch_size_prompts),
+            Metrics.GROUPS_ALL_CORRECT_FRACTION: float(np.mean([a.min() == 1 for a in accs])),
+            Metrics.GROUPS_ALL_WRONG_FRACTION: float(np.mean([a.max() == 0 for a in accs])),
+            Metrics.TRUNCATION_RATIO: float(np.mean([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])),
+            Metrics.SCORING_TIMEOUTS: sum(bool(episode_value(ep, Extras.SCORE_TIMED_OUT)) for ep in episodes),
+            Metrics.RESPONSE_LENGTH_MEAN: float(lengths.mean()),
+            Metrics.RESPONSE_LENGTH_MAX: int(lengths.max()),
+            Metrics.REWARD_MEAN: float(np.mean([ep.get_return() for ep in episodes])),
+            Metrics.SCORE_MEAN: float(np.mean([episode_value(ep, Extras.SCORE) for ep in episodes])),
+            Metrics.ACC_MEAN: float(np.mean([episode_value(ep, Extras.ACC) for ep in episodes])),
         }
         for key, value in values.items():
-            self.metrics.log_value((ROLLOUT, key), value, window=1)
+            self.metrics.log_value((Metrics.ROLLOUT, key), value, window=1)
 
 
 def _sample_and_report(env_runner, num_prompts: int):
@@ -587,7 +580,7 @@ def group_episodes(episodes: list) -> list[list]:
     """Episodes grouped by prompt, in first-seen order."""
     groups: dict[int, list] = defaultdict(list)
     for ep in episodes:
-        groups[int(episode_value(ep, GROUP_ID))].append(ep)
+        groups[int(episode_value(ep, Extras.GROUP_ID))].append(ep)
     return list(groups.values())
 
 
@@ -629,7 +622,7 @@ def heldout_results(algorithm: DAPO, group) -> dict[str, Any]:
     results: dict[str, Any] = eval_metrics.summarize([eval_metrics.ProblemSamples.from_record(r) for r in problems])
     elapsed = time.perf_counter() - start
     num_samples = sum(m["num_samples"] for m in results.values())
-    results[ENV_RUNNER_RESULTS] = {NUM_ENV_STEPS_SAMPLED: num_samples, NUM_EPISODES: num_samples, "eval_time_s": elapsed}
+    results[ENV_RUNNER_RESULTS] = {NUM_ENV_STEPS_SAMPLED: num_samples, NUM_EPISODES: num_samples, Metrics.EVAL_TIME_S: elapsed}
     print(f"[DAPO] validation ({elapsed:.1f} s): {eval_metrics.headline(results)}", flush=True)
     return results
 

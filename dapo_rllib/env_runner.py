@@ -1,8 +1,8 @@
 """VLLMEnvRunner: an RLlib EnvRunner that samples groups of completions with a vLLM engine.
 
-One `sample(num_prompts=n)` call draws n prompts from the environment, asks vLLM for
-`group_size` completions of each in one batched `generate`, scores every completion by
-stepping the environment once (each completion is its own one-step episode), adds the soft
+One `sample(num_prompts=n)` call draws n problems from the environment (`ProblemEnv.draw`),
+asks vLLM for `group_size` completions of each in one batched `generate`, scores them all in one
+`ProblemEnv.score_many` call (each completion becomes its own one-step episode), adds the soft
 overlong penalty, and returns the episodes. Token ids travel exactly as vLLM sampled them;
 text is decoded only for the scorer.
 
@@ -14,7 +14,6 @@ own, holding only the sampler.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -40,17 +39,10 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 from tqdm import tqdm
 
 from dapo_rllib import core_algos
-from dapo_rllib.connectors import ACC, GROUP_ID, SCORE, SCORE_TIMED_OUT, TRUNCATED
+from dapo_rllib.columns import Extras, Metrics
 from dapo_rllib.data.prompts import render_prompt_ids
 from dapo_rllib.rl_module import hf_weights
-
-
-# Keys of `get_metrics()`; the algorithm reads them to filter, log and time.
-GENERATION_TIME = "generation_s"
-SCORING_TIME = "scoring_s"
-WEIGHT_LOAD_TIME = "weight_load_time_s"
-GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
-PROMPTS_TRUNCATED = "prompts_left_truncated"
+from envs.problem_env import ProblemEnv
 
 # Seed streams of training and evaluation requests (see VLLMEnvRunner._request_seed). Evaluation
 # reuses its seeds at every evaluation, so accuracy changes reflect the weights, not the dice.
@@ -60,26 +52,34 @@ EVAL_STREAM = 1
 EVAL_SCORING_CHUNK_SAMPLES = 256
 
 
-def make_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> gym.Env:
-    """Build the environment named in `config.environment(...)`: a registered name or a class."""
+def make_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> ProblemEnv:
+    """Build the environment named in `config.environment(...)`: a registered name or a class.
+
+    It must be a `ProblemEnv`: the runner draws problems from it and scores whole rounds with it.
+    """
     ctx = EnvContext(env_config or {}, worker_index=worker_index, num_workers=num_workers)
+    # Tune keeps registered envs in a private registry; RLlib's own env runners read it too.
     if isinstance(env_spec, str) and _global_registry.contains(ENV_CREATOR, env_spec):
-        return _global_registry.get(ENV_CREATOR, env_spec)(ctx)
-    if isinstance(env_spec, type) and issubclass(env_spec, gym.Env):
-        return env_spec(ctx)
-    raise ValueError(
-        f"environment {env_spec!r} is neither a name registered with ray.tune.register_env nor a "
-        "gymnasium.Env subclass; `import dapo_rllib` registers 'dapo_math'"
-    )
+        env = _global_registry.get(ENV_CREATOR, env_spec)(ctx)
+    elif isinstance(env_spec, type) and issubclass(env_spec, gym.Env):
+        env = env_spec(ctx)
+    else:
+        raise ValueError(
+            f"environment {env_spec!r} is neither a name registered with ray.tune.register_env nor a "
+            "gymnasium.Env subclass; `import dapo_rllib` registers 'dapo_math' and 'dapo_code'"
+        )
+    if not isinstance(env, ProblemEnv):
+        raise TypeError(
+            f"environment {env_spec!r} built a {type(env).__name__}; VLLMEnvRunner needs an "
+            "envs.ProblemEnv subclass (it draws problems and scores completions: see the README's "
+            "'Your own task type')"
+        )
+    return env
 
 
 def build_vllm_engine(config, seed: int):
     """An in-process vLLM engine for `config.model_path` (CPU build here, CUDA build on GPUs)."""
-    # Must be set before vllm is imported: keeps the engine inside this actor's process, and
-    # gives the CPU backend a KV cache that fits next to the learner.
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from vllm import LLM
+    from vllm import LLM  # after `import dapo_rllib`, which sets vLLM's environment defaults
 
     kwargs = dict(
         model=str(config.model_path),
@@ -112,6 +112,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
         self._weights_seq_no = 0
         self._num_groups = 0
+        # Wall times of the last sample() call, returned to the algorithm with its episodes: a
+        # generation round takes as long as its slowest runner, which summed metrics cannot show.
         self.last_sample_timing: dict[str, float] = {}
 
     # ----- spaces, health, lifecycle --------------------------------------------------------
@@ -137,7 +139,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         ids = render_prompt_ids(self.tokenizer, messages)
         limit = self.config.max_prompt_length
         if len(ids) > limit:
-            self.metrics.log_value(PROMPTS_TRUNCATED, 1, reduce="sum")
+            self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
             ids = ids[-limit:]
         return list(ids)
 
@@ -174,47 +176,33 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params, use_tqdm=progress)
         elapsed = time.perf_counter() - start
         num_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
-        self.metrics.log_value(GENERATION_TIME, elapsed, reduce="sum")
-        self.metrics.log_value(GENERATION_TOKENS_PER_S, num_tokens / max(elapsed, 1e-9), window=1)
-        self.last_sample_timing = {GENERATION_TIME: elapsed, "generated_tokens": num_tokens}
+        self.last_sample_timing = {Metrics.GENERATION_S: elapsed, Metrics.GENERATED_TOKENS: num_tokens}
         return outputs
 
     @staticmethod
-    def _score(env, problem_indices: list[int], completions: list) -> list[dict]:
-        """The env's info for each completion, scored against its problem.
-
-        Each completion is a one-step episode replayed with `reset(problem_index=i)` + `step`;
-        an env with `step_many` (the code env: sandboxed runs on a pool) scores them all at once.
-        """
-        texts = [c.text for c in completions]
-        if hasattr(env, "step_many"):
-            return env.step_many(problem_indices, texts)
-        infos = []
-        for i, text in zip(problem_indices, texts):
-            env.reset(options={"problem_index": i})
-            infos.append(env.step(text)[-1])
-        return infos
+    def _score(env, problems: list, completions: list) -> list[dict]:
+        """The env's info for each completion (of vLLM's outputs), scored against its problem."""
+        return env.score_many(problems, [c.text for c in completions])
 
     def sample(self, *, num_prompts: int | None = None, explore: bool = True, **kwargs) -> list[SingleAgentEpisode]:
         """Sample `num_prompts` groups of `group_size` one-step episodes."""
         cfg = self.config
         num_prompts = num_prompts or cfg.gen_batch_size_prompts
-        problems = [self.env.reset() for _ in range(num_prompts)]
-        prompt_ids = [self._prompt_ids(obs) for obs, _ in problems]
+        problems = self.env.draw(num_prompts)
+        prompt_ids = [self._prompt_ids(problem.messages) for problem in problems]
         seeds = [self._request_seed(TRAIN_STREAM, self._num_groups + i) for i in range(num_prompts)]
         outputs = self._generate(prompt_ids, self._sampling_params(n=cfg.group_size, explore=explore, seeds=seeds))
 
         start = time.perf_counter()
         episodes = []
-        indices = [info["problem_index"] for (_, info), out in zip(problems, outputs) for _ in out.outputs]
-        infos = iter(self._score(self.env, indices, [c for out in outputs for c in out.outputs]))
+        repeated = [problem for problem, out in zip(problems, outputs) for _ in out.outputs]
+        infos = iter(self._score(self.env, repeated, [c for out in outputs for c in out.outputs]))
         for ids, out in zip(prompt_ids, outputs):
             group_id = (self.worker_index << 40) + self._num_groups
             self._num_groups += 1
             for completion in out.outputs:
                 episodes.append(self._episode(ids, completion, group_id, next(infos)))
-        self.metrics.log_value(SCORING_TIME, time.perf_counter() - start, reduce="sum")
-        self.last_sample_timing[SCORING_TIME] = time.perf_counter() - start
+        self.last_sample_timing[Metrics.SCORING_S] = time.perf_counter() - start
 
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED, len(episodes), reduce="sum")
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, len(episodes), reduce="lifetime_sum")
@@ -247,12 +235,12 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             infos=info,
             terminated=True,
             extra_model_outputs={
-                GROUP_ID: group_id,
-                SCORE: float(info["score"]),
-                ACC: float(info["acc"]),
-                TRUNCATED: truncated,
-                SCORE_TIMED_OUT: bool(info[SCORE_TIMED_OUT]),
-                "overlong_penalty": penalty,
+                Extras.GROUP_ID: group_id,
+                Extras.SCORE: float(info["score"]),
+                Extras.ACC: float(info["acc"]),
+                Extras.TRUNCATED: truncated,
+                Extras.SCORE_TIMED_OUT: bool(info["score_timed_out"]),
+                Extras.OVERLONG_PENALTY: penalty,
                 WEIGHTS_SEQ_NO: self._weights_seq_no,
             },
         )
@@ -290,7 +278,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         records = []
         for start in range(0, len(pairs), per_chunk):
             chunk = pairs[start : start + per_chunk]
-            infos = iter(self._score(env, [i for i, out in chunk for _ in out.outputs], [c for _, out in chunk for c in out.outputs]))
+            infos = iter(self._score(env, [env.problem(i) for i, out in chunk for _ in out.outputs], [c for _, out in chunk for c in out.outputs]))
             for i, out in chunk:
                 records.append(self._eval_record(env.problem(i), i, out.outputs, [next(infos) for _ in out.outputs]))
             scoring.update(sum(len(out.outputs) for _, out in chunk))
@@ -308,7 +296,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             "pred": [info["pred"] for info in infos],
             "length": [len(c.token_ids) for c in completions],
             "truncated": [c.finish_reason == "length" for c in completions],
-            "timed_out": [bool(info[SCORE_TIMED_OUT]) for info in infos],
+            "timed_out": [bool(info["score_timed_out"]) for info in infos],
         }
 
     # ----- weights and state -------------------------------------------------------------
@@ -319,7 +307,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         # Cached prefixes were computed with the old weights.
         self.llm.reset_prefix_cache()
-        self.metrics.log_value(WEIGHT_LOAD_TIME, time.perf_counter() - start, reduce="sum")
+        self.metrics.log_value(Metrics.WEIGHT_LOAD_S, time.perf_counter() - start, reduce="sum")
 
     def engine_parameters(self, names: list[str]) -> dict[str, np.ndarray]:
         """Copies of the named parameters as the engine holds them (for tests and debugging)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from ray.tune.utils import flatten_dict
 
 from dapo_rllib import eval_metrics
 from dapo_rllib.checkpoints import build_with_policy, checkpoint_config, export_hf_model_from_checkpoint
+from dapo_rllib.tables import format_table
 
 # Reference lengths (DAPO.md §5), cut to the model's context when it is shorter.
 REFERENCE_PROMPT_LENGTH = 2048
@@ -201,19 +203,8 @@ def _problem_summary(record: dict) -> dict[str, Any]:
 def print_table(metrics: dict[str, dict[str, float]]) -> None:
     """One row per data source, one column per metric."""
     columns = list(dict.fromkeys(key for source_metrics in metrics.values() for key in source_metrics))
-    rows = [[source, *(_cell(m.get(c)) for c in columns)] for source, m in metrics.items()]
-    header = ["data source", *columns]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print()
-    print("  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths))))
-    for row in rows:
-        print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))))
-
-
-def _cell(value) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+    rows = [[source, *(m.get(c) for c in columns)] for source, m in metrics.items()]
+    print("\n" + format_table([["data source", *columns], *rows], align="<" + ">" * len(columns)))
 
 
 def evaluate_algorithm_checkpoint(checkpoint: Path, *, out: str | Path | None = None) -> dict[str, Any]:
@@ -224,10 +215,7 @@ def evaluate_algorithm_checkpoint(checkpoint: Path, *, out: str | Path | None = 
     finally:
         algo.stop()
     numbers = {k: v for k, v in flatten_dict(results).items() if isinstance(v, (int, float))}
-    width = max(map(len, numbers), default=0)
-    print(f"evaluation of {checkpoint}")
-    for key, value in sorted(numbers.items()):
-        print(f"  {key.ljust(width)}  {_cell(value)}")
+    print(f"evaluation of {checkpoint}\n" + textwrap.indent(format_table(sorted(numbers.items())), "  "))
     if out is not None:
         Path(out).write_text(json.dumps({"checkpoint": str(checkpoint), "results": numbers}, indent=1))
         print(f"results: {out}")

@@ -12,12 +12,11 @@ import logging
 import math
 
 import torch
-from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from dapo_rllib import core_algos
-from dapo_rllib.connectors import LOSS_MASK, OLD_LOGP
-from dapo_rllib.rl_module import ENTROPY, LOGP, response_logprobs
+from dapo_rllib.columns import Columns, Metrics
+from dapo_rllib.rl_module import response_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +31,8 @@ class DAPOTorchLearner(TorchLearner):
         self._ref_models = {}
         if self.config.kl_coef > 0:
             # A frozen copy of the initial policy for the KL term.
-            for mid, module in self.module._rl_modules.items():
-                ref = copy.deepcopy(module.model).eval()
+            for mid in self.module.keys():
+                ref = copy.deepcopy(self.module[mid].unwrapped().model).eval()
                 ref.requires_grad_(False)
                 self._ref_models[mid] = ref
 
@@ -57,7 +56,8 @@ class DAPOTorchLearner(TorchLearner):
         for module_id in self.module.keys():
             lr = self.scheduled_lr(self.config.get_config_for_module(module_id))
             for _, optimizer in self.get_optimizers_for_module(module_id):
-                self._set_optimizer_lr(optimizer, lr=lr)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
 
     def after_gradient_based_update(self, *, timesteps):
         super().after_gradient_based_update(timesteps=timesteps)
@@ -78,11 +78,11 @@ class DAPOTorchLearner(TorchLearner):
         return count
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
-        mask = batch[LOSS_MASK]
-        logp = fwd_out[LOGP]
-        loss, metrics = core_algos.compute_policy_loss(
+        mask = batch[Columns.LOSS_MASK]
+        logp = fwd_out[Columns.LOGP]
+        loss, metrics = core_algos.policy_loss_fn(config.policy_loss)(
             logp,
-            batch[OLD_LOGP],
+            batch[Columns.OLD_LOGP],
             batch[Columns.ADVANTAGES],
             mask,
             clip_eps_low=config.clip_eps_low,
@@ -93,44 +93,39 @@ class DAPOTorchLearner(TorchLearner):
             num_seqs=self._global_count((mask.sum(-1) > 0).sum().float()),
             loss_scale_factor=config.max_response_length,
         )
-        metrics["policy_loss"] = loss.detach()
+        metrics[Metrics.POLICY_LOSS] = loss.detach()
         if config.kl_coef > 0:
             with torch.no_grad():
-                ref_logp = response_logprobs(self._ref_models[module_id], batch, config.temperature)[LOGP]
+                ref_logp = response_logprobs(self._ref_models[module_id], batch, config.temperature)[Columns.LOGP]
             kl = core_algos.kl_penalty(logp, ref_logp, kind=config.kl_penalty)
             kl_loss = core_algos.agg_loss(kl, mask, config.loss_agg_mode, loss_scale_factor=config.max_response_length)
             loss = loss + config.kl_coef * kl_loss
-            metrics["kl_loss"] = kl_loss.detach()
-        metrics["entropy"] = core_algos.masked_mean(fwd_out[ENTROPY].detach(), mask)
-        metrics["mean_token_prob"] = core_algos.masked_mean(logp.detach().exp(), mask)
-        metrics["approx_kl"] = metrics.pop("ppo_kl")
+            metrics[Metrics.KL_LOSS] = kl_loss.detach()
+        metrics[Metrics.ENTROPY] = core_algos.masked_mean(fwd_out[Columns.ENTROPY].detach(), mask)
+        metrics[Metrics.MEAN_TOKEN_PROB] = core_algos.masked_mean(logp.detach().exp(), mask)
         for key, value in metrics.items():
             self.metrics.log_value((module_id, key), value.item(), reduce="mean")
         return loss
 
     # ----- gradients -----------------------------------------------------------------------
     def postprocess_gradients_for_module(self, *, module_id, config=None, module_gradients_dict):
-        """Clip to `grad_clip` by global norm; a non-finite norm marks the step to be skipped."""
+        """RLlib's clipping (`grad_clip`, `grad_clip_by`), after a check of DAPO's own: a
+        non-finite gradient norm skips the optimizer step (RLlib would zero the bad entries, or
+        skip per optimizer without counting it)."""
         grads = [g for g in module_gradients_dict.values() if g is not None]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])) if grads else torch.zeros(())
-        norm_value = norm.item()
-        self._skip_step = not math.isfinite(norm_value)
-        self.metrics.log_value((module_id, "grad_norm"), norm_value if math.isfinite(norm_value) else float("nan"), reduce="mean")
-        self.metrics.log_value((module_id, "grad_steps_skipped"), float(self._skip_step), reduce="sum")
+        norm = torch.nn.utils.get_total_norm(grads).item() if grads else 0.0
+        self._skip_step = not math.isfinite(norm)
+        self.metrics.log_value((module_id, Metrics.GRAD_NORM), norm if not self._skip_step else float("nan"), reduce="mean")
+        self.metrics.log_value((module_id, Metrics.GRAD_STEPS_SKIPPED), float(self._skip_step), reduce="sum")
         if self._skip_step:
-            logger.warning("non-finite gradient norm (%s): skipping this optimizer step", norm_value)
-        elif config.grad_clip:
-            scale = min(1.0, config.grad_clip / (norm_value + 1e-6))
-            for g in grads:
-                g.mul_(scale)
-        return module_gradients_dict
+            logger.warning("non-finite gradient norm (%s): skipping this optimizer step", norm)
+            return module_gradients_dict
+        return super().postprocess_gradients_for_module(module_id=module_id, config=config, module_gradients_dict=module_gradients_dict)
 
     def apply_gradients(self, gradients_dict) -> None:
-        if self._skip_step:
-            for optimizer in self._named_optimizers.values():
-                optimizer.zero_grad(set_to_none=True)
-            return
-        super().apply_gradients(gradients_dict)
+        # TorchLearner.compute_gradients zeroes the gradients before the next backward pass.
+        if not self._skip_step:
+            super().apply_gradients(gradients_dict)
 
     # ----- state ---------------------------------------------------------------------------
     def get_state(self, components=None, *, not_components=None, **kwargs):

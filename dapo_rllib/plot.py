@@ -9,14 +9,16 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path
 
+from dapo_rllib.columns import Metrics, tag
+
 # Panel title -> the tags drawn in it (see dapo_rllib.tensorboard); shell-style patterns allowed.
 PANELS: dict[str, tuple[str, ...]] = {
-    "reward and accuracy": ("rollout/reward_mean", "rollout/acc_mean"),
+    "reward and accuracy": (tag(Metrics.ROLLOUT, Metrics.REWARD_MEAN), tag(Metrics.ROLLOUT, Metrics.ACC_MEAN)),
     "validation avg@n": ("evaluation/*/avg@*",),
-    "response length": ("rollout/response_length_mean", "rollout/response_length_max"),
-    "entropy": ("learner/entropy",),
-    "clip fractions": ("learner/pg_clipfrac_low", "learner/pg_clipfrac_high", "learner/pg_clipfrac_dual"),
-    "generation rounds per step": ("rollout/generation_rounds",),
+    "response length": (tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MEAN), tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MAX)),
+    "entropy": (tag(Metrics.LEARNER, Metrics.ENTROPY),),
+    "clip fractions": tuple(tag(Metrics.LEARNER, m) for m in (Metrics.PG_CLIPFRAC_LOW, Metrics.PG_CLIPFRAC_HIGH, Metrics.PG_CLIPFRAC_DUAL)),
+    "generation rounds per step": (tag(Metrics.ROLLOUT, Metrics.GENERATION_ROUNDS),),
 }
 PLOT_FILE = "dapo_curves.png"
 
@@ -28,9 +30,9 @@ def read_scalars(logdir: Path) -> dict[str, tuple[list[int], list[float]]]:
     events = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     events.Reload()
     series = {}
-    for tag in events.Tags()["scalars"]:
-        points = events.Scalars(tag)
-        series[tag] = ([p.step for p in points], [p.value for p in points])
+    for name in events.Tags()["scalars"]:
+        points = events.Scalars(name)
+        series[name] = ([p.step for p in points], [p.value for p in points])
     return series
 
 
@@ -66,9 +68,9 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for ax, (title, tags) in zip(axes.flat, PANELS.items()):
         for run_name, series in runs.items():
-            for tag in (t for pattern in tags for t in _matching(series, pattern)):
-                label = tag.split("/", 1)[1] if len(runs) == 1 else f"{run_name}: {tag.split('/', 1)[1]}"
-                ax.plot(*series[tag], marker="." if len(series[tag][0]) < 30 else None, label=label)
+            for name in (t for pattern in tags for t in _matching(series, pattern)):
+                label = name.split("/", 1)[1] if len(runs) == 1 else f"{run_name}: {name.split('/', 1)[1]}"
+                ax.plot(*series[name], marker="." if len(series[name][0]) < 30 else None, label=label)
         ax.set_title(title)
         ax.set_xlabel("training iteration")
         ax.grid(alpha=0.3)

@@ -8,19 +8,21 @@ from typing import Any
 from ray import tune
 from ray.rllib.utils.metrics import EVALUATION_RESULTS
 
+from dapo_rllib.columns import Metrics, tag
 from dapo_rllib.eval_metrics import headline_values
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, readable_scalars
 
 # DAPO's summary fields: (readable tag, label, format).
+_ACC, _KEPT, _GENERATED = (tag(Metrics.ROLLOUT, m) for m in (Metrics.ACC_MEAN, Metrics.GROUPS_KEPT, Metrics.GROUPS_GENERATED))
 _DAPO_FIELDS = (
-    ("rollout/acc_mean", "acc", "{:.3f}"),
-    ("rollout/reward_mean", "reward", "{:+.3f}"),
-    ("rollout/generation_rounds", "rounds", "{:.0f}"),
-    ("rollout/response_length_mean", "len", "{:.1f}"),
-    ("learner/entropy", "entropy", "{:.3f}"),
-    ("learner/policy_loss", "loss", "{:+.4f}"),
-    ("learner/pg_clipfrac_high", "clip_high", "{:.3f}"),
-    ("learner/lr", "lr", "{:.2e}"),
+    (_ACC, "acc", "{:.3f}"),
+    (tag(Metrics.ROLLOUT, Metrics.REWARD_MEAN), "reward", "{:+.3f}"),
+    (tag(Metrics.ROLLOUT, Metrics.GENERATION_ROUNDS), "rounds", "{:.0f}"),
+    (tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MEAN), "len", "{:.1f}"),
+    (tag(Metrics.LEARNER, Metrics.ENTROPY), "entropy", "{:.3f}"),
+    (tag(Metrics.LEARNER, Metrics.POLICY_LOSS), "loss", "{:+.4f}"),
+    (tag(Metrics.LEARNER, Metrics.PG_CLIPFRAC_HIGH), "clip_high", "{:.3f}"),
+    (tag(Metrics.LEARNER, Metrics.LR), "lr", "{:.2e}"),
 )
 
 
@@ -37,9 +39,9 @@ def lookup(result: dict, path: str, default: Any = None) -> Any:
 def summary_line(result: dict) -> str:
     """`iter 3 | acc 0.512 reward +0.024 ... | 2.1s`: DAPO's metrics, or the episode return."""
     scalars = readable_scalars(result)
-    if "rollout/acc_mean" in scalars:
+    if _ACC in scalars:
         fields = [f"{label} {fmt.format(scalars[tag])}" for tag, label, fmt in _DAPO_FIELDS if tag in scalars]
-        kept = f"groups {scalars.get('rollout/groups_kept', 0):.0f}/{scalars.get('rollout/groups_generated', 0):.0f}"
+        kept = f"groups {scalars.get(_KEPT, 0):.0f}/{scalars.get(_GENERATED, 0):.0f}"
         fields.insert(3, kept)
     else:
         ret = lookup(result, "env_runners/episode_return_mean")

@@ -16,15 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from dapo_rllib.columns import Columns
 from dapo_rllib.core_algos import entropy_from_logits
-
-PROMPT_MASK = "prompt_mask"
-RESPONSE_MASK = "response_mask"
-LOGP = "logp"
-ENTROPY = "entropy"
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -66,7 +61,7 @@ def response_logprobs(model, batch: dict[str, Any], temperature: float) -> dict[
     Under softmax(logits / temperature), the distribution the sampler drew from.
     """
     prompt, response = batch[Columns.OBS], batch[Columns.ACTIONS]
-    attention_mask = torch.cat([batch[PROMPT_MASK], batch[RESPONSE_MASK]], dim=1).long()
+    attention_mask = torch.cat([batch[Columns.PROMPT_MASK], batch[Columns.RESPONSE_MASK]], dim=1).long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     num_response = response.shape[1]
     # Only the last R+1 positions are needed; the last one predicts past the response.
@@ -79,7 +74,7 @@ def response_logprobs(model, batch: dict[str, Any], temperature: float) -> dict[
     )
     logits = out.logits[:, :-1].float() / temperature
     logp = torch.log_softmax(logits, dim=-1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
-    return {LOGP: logp, ENTROPY: entropy_from_logits(logits)}
+    return {Columns.LOGP: logp, Columns.ENTROPY: entropy_from_logits(logits)}
 
 
 def hf_weights(module_state: dict[str, Any]) -> dict[str, Any]:

@@ -30,15 +30,29 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    EVALUATION_RESULTS,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
 from ray.tune.logger import LoggerCallback
-from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EVALUATION_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from dapo_rllib.columns import Metrics, tag
 
 #: Result key of the evaluation DAPO runs before its first training step.
 EVAL_BEFORE_TRAINING = "evaluation_before_training"
 
 # RLlib counters that only say how the batch was cut; not worth a chart.
 _LEARNER_SKIP = ("num_", "weights_seq_no", "module_train_batch_size_mean")
-_RENAMES = {"default_optimizer_learning_rate": "lr"}
+_RENAMES = {
+    "default_optimizer_learning_rate": Metrics.LR,
+    LEARNER_UPDATE_TIMER: Metrics.UPDATE_S,
+    SYNCH_WORKER_WEIGHTS_TIMER: Metrics.WEIGHT_SYNC_S,
+}
 
 
 def _numeric_leaves(section: Any) -> Iterator[tuple[str, float]]:
@@ -51,20 +65,21 @@ def _numeric_leaves(section: Any) -> Iterator[tuple[str, float]]:
 
 def readable_scalars(result: dict) -> dict[str, float]:
     """The tags above, from one `Algorithm.train()` result."""
-    scalars: dict[str, float] = {}
-    for prefix in ("rollout", "timing"):
-        scalars.update({f"{prefix}/{k}": v for k, v in _numeric_leaves(result.get(prefix))})
+    scalars = {tag(Metrics.ROLLOUT, k): v for k, v in _numeric_leaves(result.get(Metrics.ROLLOUT))}
     learners = result.get(LEARNER_RESULTS, {})
+    # The step's timers: the algorithm's and the learner's (old log-probs).
+    for section in (result, learners):
+        scalars.update({tag(Metrics.TIMING, _RENAMES.get(k, k)): v for k, v in _numeric_leaves(section.get(TIMERS))})
     for section in (learners, learners.get(DEFAULT_MODULE_ID)):
         for key, value in _numeric_leaves(section):
             if not key.startswith(_LEARNER_SKIP):
-                scalars[f"learner/{_RENAMES.get(key, key)}"] = value
+                scalars[tag(Metrics.LEARNER, _RENAMES.get(key, key))] = value
     scalars.update(evaluation_scalars(result.get(EVALUATION_RESULTS)))
     if "time_this_iter_s" in result:
-        scalars["timing/iteration_s"] = float(result["time_this_iter_s"])
+        scalars[tag(Metrics.TIMING, Metrics.ITERATION_S)] = float(result["time_this_iter_s"])
     sampled = result.get(ENV_RUNNER_RESULTS, {}).get(NUM_ENV_STEPS_SAMPLED_LIFETIME)
     if sampled is not None:
-        scalars["progress/env_steps_sampled"] = float(sampled)
+        scalars[tag(Metrics.PROGRESS, Metrics.ENV_STEPS_SAMPLED)] = float(sampled)
     return scalars
 
 
@@ -73,7 +88,7 @@ def evaluation_scalars(evaluation: dict | None) -> dict[str, float]:
     scalars = {}
     for source, metrics in (evaluation or {}).items():
         if source == ENV_RUNNER_RESULTS:
-            scalars.update({"timing/evaluation_s": v for k, v in _numeric_leaves(metrics) if k == "eval_time_s"})
+            scalars.update({tag(Metrics.TIMING, Metrics.EVALUATION_S): v for k, v in _numeric_leaves(metrics) if k == Metrics.EVAL_TIME_S})
         else:
             scalars.update({f"{EVALUATION_RESULTS}/{source}/{k}": v for k, v in _numeric_leaves(metrics)})
     return scalars
@@ -98,8 +113,8 @@ class TensorBoardWriter:
         self._add(evaluation_scalars(eval_results), step=step)
 
     def _add(self, scalars: dict[str, float], step: int) -> None:
-        for tag, value in scalars.items():
-            self._writer.add_scalar(tag, value, step)
+        for name, value in scalars.items():
+            self._writer.add_scalar(name, value, step)
         # A run can be killed any time; what was logged must be on disk.
         self._writer.flush()
 

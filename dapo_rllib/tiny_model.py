@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
+from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
 from dapo_rllib.data.prompts import render_prompt_ids
 
 
@@ -65,8 +66,6 @@ def worked_solution(problem_text: str, style: str) -> str:
 
 def code_answer(task, style: str) -> str:
     """The task's reference solution, or one of the CODE_ANSWER_STYLES of getting it wrong."""
-    from dapo_rllib.data.code_tasks import reference_solution
-
     solution = reference_solution(task)
     if style == "print":
         return re.sub(r"return (.+)", r"print(\1)", solution)
@@ -76,8 +75,6 @@ def code_answer(task, style: str) -> str:
 
 
 def _code_train_tasks(seed: int) -> list:
-    from dapo_rllib.data.code_tasks import generate_code_tasks
-
     return generate_code_tasks("train", seed=seed)
 
 

@@ -10,6 +10,7 @@ and its plot. The run ends with a table of trials and, for DAPO, the line
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import runpy
@@ -27,6 +28,7 @@ from ray.tune.search.sample import Domain
 from ray.tune.utils import flatten_dict
 
 from dapo_rllib.progress import IterationSummary, lookup, summary_line
+from dapo_rllib.tables import format_table
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardCallback
 
 EPISODE_RETURN = "env_runners/episode_return_mean"
@@ -34,7 +36,7 @@ EPISODE_RETURN = "env_runners/episode_return_mean"
 
 @dataclass
 class TrainOptions:
-    """The options of `rllib train file` (see `dapo_rllib.cli`)."""
+    """The options of `rllib train file` and of a tuned example's command line (:func:`add_train_options`)."""
 
     stop: dict[str, float]
     config_overrides: dict[str, Any] | None = None
@@ -46,6 +48,38 @@ class TrainOptions:
     no_tune: bool = False
     restore: str | None = None
     num_cpus: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, stop: dict[str, float] | None) -> TrainOptions:
+        """The parsed :func:`add_train_options`, with `stop` (the config file's) unless --stop replaces it."""
+        options = {k: v for k, v in vars(args).items() if k in cls.__dataclass_fields__}
+        return cls(**options | {"stop": args.stop or stop})
+
+
+def json_dict(text: str) -> dict:
+    """argparse type of the options that take a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}; expected e.g. '{{\"training_iteration\": 20}}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object like '{{\"training_iteration\": 20}}', got {text!r}")
+    return value
+
+
+def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Options shared by `rllib train file` and `python <tuned example>`."""
+    parser.add_argument("--stop", type=json_dict, default=None, help='stop criteria as JSON, e.g. \'{"training_iteration": 20}\' (default: the file\'s `stop`)')
+    parser.add_argument("--config", dest="config_overrides", type=json_dict, default=None, help='settings that replace the file\'s, as JSON, e.g. \'{"lr": 1e-5, "num_env_runners": 0}\'')
+    parser.add_argument("--no-tune", action="store_true", help="train in this process instead of as a Ray Tune experiment")
+    parser.add_argument("--storage-path", default="runs", help="parent directory of the run directory (default: ./runs)")
+    parser.add_argument("--name", default=None, help="run (experiment) name; default <Algorithm>_<date>_<time>")
+    parser.add_argument("--checkpoint-freq", type=int, default=0, help="save a checkpoint every N iterations (0: never)")
+    parser.add_argument("--checkpoint-at-end", action=argparse.BooleanOptionalAction, default=True, help="save a checkpoint when the run stops (default: on)")
+    parser.add_argument("--num-samples", type=int, default=1, help="Tune: samples of the config's search space (each grid point this many times)")
+    parser.add_argument("--restore", default=None, help="checkpoint to resume from: iteration counter, weights, optimizer, data position")
+    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all)")
+    return parser
 
 
 @dataclass
@@ -223,12 +257,6 @@ def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path,
     return outcomes
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
 def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Path) -> None:
     """The trial table, the eval accuracy line, and where logs, plot and checkpoints went."""
     validated = sorted({name for o in outcomes for name in o.eval_before | o.eval_after})
@@ -236,18 +264,14 @@ def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Pat
     rows = [
         [
             o.name,
-            *(_fmt(o.params.get(k)) for k in searched),
-            str(o.iterations),
-            *(_fmt(values.get(name)) for name in validated for values in (o.eval_before, o.eval_after)),
-            _fmt(o.last.get(EPISODE_RETURN)),
+            *(o.params.get(k) for k in searched),
+            o.iterations,
+            *(values.get(name) for name in validated for values in (o.eval_before, o.eval_after)),
+            o.last.get(EPISODE_RETURN),
         ]
         for o in outcomes
     ]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    print()
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
-    for row in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+    print("\n" + format_table([columns, *rows]))
     (run_dir / "trials.json").write_text(json.dumps([o.__dict__ | {"last": {k: _jsonable(v) for k, v in o.last.items()}} for o in outcomes], indent=1, default=str))
     print()
     print(f"run directory:  {run_dir}  (trial table: trials.json)")
@@ -273,7 +297,5 @@ def _jsonable(value: Any) -> Any:
 
 def run_example(config: AlgorithmConfig, stop: dict[str, float]) -> list[TrialOutcome]:
     """Entry point of a tuned example file: `python <file> [train options]`."""
-    from dapo_rllib.cli import train_options_parser
-
-    args = train_options_parser().parse_args()
-    return train(config, TrainOptions(**vars(args) | {"stop": args.stop or stop}))
+    parser = argparse.ArgumentParser(description="Train this tuned example (options as for `rllib train file`).")
+    return train(config, TrainOptions.from_args(add_train_options(parser).parse_args(), stop))

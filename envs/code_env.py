@@ -1,9 +1,8 @@
-"""Code tasks as a single-step language environment (episodes: :mod:`envs.problem_env`).
+"""Code tasks as a single-step language environment (task API: :mod:`envs.problem_env`).
 
-``step(completion_text)`` runs the completion's code against the task's tests in the sandbox
-(:mod:`dapo_rllib.sandbox`) and scores it (+1 all tests pass, -1 otherwise; or the fraction
-passed). :meth:`CodeEnv.step_many` scores many completions at once on the sandbox's parallel
-pool, which is how an env runner should score a generation round.
+A completion's code runs against the task's tests in the sandbox (:mod:`dapo_rllib.sandbox`)
+and scores +1 when all tests pass, -1 otherwise (or the fraction passed). ``score_many`` runs
+all its completions at once on the sandbox's parallel pool.
 
 All environments of a process with the same sandbox settings share one :class:`Sandbox`.
 """
@@ -17,9 +16,9 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dapo_rllib.data.code_tasks import CodeTask, generate_code_tasks, load_code_tasks
+from dapo_rllib.data.code_arithmetic import generate_code_tasks
+from dapo_rllib.data.code_tasks import CodeTask, load_code_tasks
 from dapo_rllib.rewards.code import REWARD_MODES, score_code_many
-from dapo_rllib.rewards.text import as_text
 from dapo_rllib.sandbox import Sandbox, SandboxLimits
 from envs.problem_env import PROBLEM_CONFIG, ProblemEnv
 
@@ -81,63 +80,11 @@ class CodeEnv(ProblemEnv[CodeTask]):
         """How the sandbox isolates candidate programs (see :attr:`Sandbox.isolation`)."""
         return self._sandbox.isolation
 
-    def step(self, action: str | bytes) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
-        """Score the completion ``action``; the episode always terminates.
-
-        ``action`` is the completion text; bytes are decoded as UTF-8, with invalid sequences
-        (and lone surrogates in a str) replaced by U+FFFD. The info holds the score and the
-        test results (see :meth:`step_many`).
-        """
-        index = self._end_episode(action)
-        (info,) = self._score([index], [action])
-        return self._messages(index), info["score"], True, False, info
-
-    def step_many(self, problem_indices: Sequence[int], completions: Sequence[str | bytes]) -> list[dict[str, Any]]:
-        """Score ``completions[k]`` on task ``problem_indices[k]``, all in parallel.
-
-        The same as ``reset(options={"problem_index": i})`` + ``step(completion)`` for each
-        pair, without touching the draw order or an episode in progress. Each info holds
-        ``score``, ``acc``, ``pred`` (a pass/fail letter per test, for majority voting),
-        ``ground_truth``, ``problem_index``, ``data_source``, ``tests_passed``,
-        ``tests_total``, ``failure`` and ``score_timed_out`` (see
-        :func:`dapo_rllib.rewards.code.score_code_many`).
-
-        Raises:
-            ValueError: The two sequences differ in length.
-            IndexError, TypeError: A bad problem index or completion.
-        """
-        if len(problem_indices) != len(completions):
-            raise ValueError(
-                f"step_many needs one problem index per completion, got {len(problem_indices)} "
-                f"indices and {len(completions)} completions"
-            )
-        indices = [self._check_index(i) for i in problem_indices]
-        for completion in completions:
-            self._check_action(completion)
-        return self._score(indices, completions)
-
-    def _score(self, indices: list[int], completions: Sequence[str | bytes]) -> list[dict[str, Any]]:
-        tasks = [self._problems[i] for i in indices]
-        results = score_code_many(
-            [(as_text(completion), task) for completion, task in zip(completions, tasks)],
-            self._sandbox,
-            reward=self._reward,
-        )
-        return [
-            {
-                "score": result["score"],
-                "acc": result["acc"],
-                "pred": result["pred"],
-                "ground_truth": task.ground_truth,
-                "problem_index": index,
-                "data_source": task.data_source,
-                "tests_passed": result["tests_passed"],
-                "tests_total": result["tests_total"],
-                "failure": result["failure"],
-                "score_timed_out": result["score_timed_out"],
-            }
-            for index, task, result in zip(indices, tasks, results)
-        ]
+    def _score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[dict[str, Any]]:
+        """Every completion's sandbox runs at once on the pool; each info also holds
+        ``tests_passed``, ``tests_total``, ``failure``, and ``pred`` is a pass/fail letter per
+        test, for majority voting (see :func:`dapo_rllib.rewards.code.score_code_many`)."""
+        return score_code_many(zip(completions, problems), self._sandbox, reward=self._reward)
 
 
 @functools.cache

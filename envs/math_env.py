@@ -1,7 +1,7 @@
-"""Math problems as a single-step language environment (episodes: :mod:`envs.problem_env`).
+"""Math problems as a single-step language environment (task API: :mod:`envs.problem_env`).
 
-``step(completion_text)`` scores the completion against the reference answer with a
-rule-based scorer (+1 correct, -1 wrong; DAPO.md §3).
+A completion is scored against the reference answer with a rule-based scorer (+1 correct,
+-1 wrong; DAPO.md §3).
 
 Scorers run in a child process shared by all environments of a process, which
 is killed when a scorer exceeds the timeout (DAPO.md §8; see
@@ -18,7 +18,6 @@ from typing import Any
 from dapo_rllib.data import MathProblem, generate_arithmetic_problems, load_math_dataset
 from dapo_rllib.rewards import SCORERS, load_scorer, scorer_for
 from dapo_rllib.rewards.scoring_process import ScoreOutcome, shared_scoring_process
-from dapo_rllib.rewards.text import as_text
 from envs.problem_env import PROBLEM_CONFIG, ProblemEnv
 
 #: Value of the "dataset" config key that selects the built-in generator.
@@ -71,35 +70,19 @@ class MathEnv(ProblemEnv[MathProblem]):
         self._score_timeout_s = _checked_timeout(settings["score_timeout_s"])
         super().__init__(settings)
         # Resolved up front so that a bad file or scorer fails at construction,
-        # not at the first step() of some remote env runner.
+        # not at the first scoring of some remote env runner.
         self._scorer_by_source = _resolve_scorers(self._problems, settings["scorer"], settings["dataset"])
 
-    def step(self, action: str | bytes) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
-        """Score the completion ``action``; the episode always terminates.
-
-        ``action`` is the completion text; bytes are decoded as UTF-8, with
-        invalid sequences (and lone surrogates in a str) replaced by U+FFFD.
-        """
-        index = self._end_episode(action)
-        problem = self._problems[index]
+    def _score(self, problem: MathProblem, completion: str) -> dict[str, Any]:
+        """The verdict of the problem's data source's scorer; its info also names the scorer."""
         scorer = self._scorer_by_source[problem.data_source]
-        outcome = self._score(scorer, as_text(action), problem.ground_truth)
-        info = {
-            "score": outcome.score,
-            "acc": outcome.acc,
-            "pred": outcome.pred,
-            "ground_truth": problem.ground_truth,
-            "problem_index": index,
-            "data_source": problem.data_source,
-            "scorer": scorer,
-            "score_timed_out": outcome.timed_out,
-        }
-        return self._messages(index), outcome.score, True, False, info
-
-    def _score(self, scorer: str, completion: str, ground_truth: str) -> ScoreOutcome:
         if self._score_timeout_s is None:
-            return ScoreOutcome.from_result(scorer, load_scorer(scorer)(completion, ground_truth))
-        return shared_scoring_process().score(scorer, completion, ground_truth, self._score_timeout_s)
+            outcome = ScoreOutcome.from_result(scorer, load_scorer(scorer)(completion, problem.ground_truth))
+        else:
+            outcome = shared_scoring_process().score(scorer, completion, problem.ground_truth, self._score_timeout_s)
+        return {
+            "score": outcome.score, "acc": outcome.acc, "pred": outcome.pred, "scorer": scorer, "score_timed_out": outcome.timed_out
+        }
 
 
 def _checked_timeout(timeout_s: Any) -> float | None:

@@ -1,27 +1,31 @@
 """The part of a single-step problem environment that does not depend on the problems.
 
-An episode is one prompt and one completion: ``reset()`` returns a problem's prompt as chat
-messages and ``step(completion_text)`` scores the completion and terminates. GRPO/DAPO
-sample G completions per prompt; each one is scored as its own episode by replaying the
-prompt with ``reset(options={"problem_index": i})``.
+A trainer uses an environment as a prompt source and a batch scorer: :meth:`ProblemEnv.draw`
+gives the next problems of a seeded draw order, and :meth:`ProblemEnv.score_many` rates
+completions of any problems (GRPO/DAPO sample G completions per prompt). ``reset()`` and
+``step(completion_text)`` are the same two pieces as a Gymnasium episode of one problem.
 
-:class:`ProblemEnv` owns the config keys, the problem list, the seeded draw order and its
-checkpoint state, and the episode bookkeeping; a subclass loads its problems and scores
-completions in ``step()`` (see :class:`envs.math_env.MathEnv`, :class:`envs.code_env.CodeEnv`).
+:class:`ProblemEnv` owns the config keys, the problem list, the draw order and its checkpoint
+state, the episode bookkeeping and the checks of what callers pass; a subclass only loads its
+problems and rates a completion (see :class:`envs.math_env.MathEnv`,
+:class:`envs.code_env.CodeEnv`, and "Your own task type" in the README).
 """
 
 from __future__ import annotations
 
 import copy
+import numbers
 import operator
 import os
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+
+from dapo_rllib.rewards.text import as_text
 
 #: Config keys every problem environment has besides "dataset", and their defaults.
 PROBLEM_CONFIG: dict[str, Any] = {"split": "train", "num_problems": None, "shuffle": True, "seed": 0}
@@ -48,8 +52,10 @@ ProblemT = TypeVar("ProblemT", bound=Problem)
 class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
     """Single-step environment over a list of problems, drawn in a seeded order.
 
-    A subclass sets the class attributes and, in its ``__init__(config)``, checks the config
-    with :meth:`_settings`, checks its own keys, then calls ``super().__init__(settings)``.
+    A subclass sets the class attributes and implements :meth:`_score` (or, to rate a batch at
+    once, :meth:`_score_batch`). One with config keys of its own checks them in its
+    ``__init__(config)``: ``settings = self._settings(config)``, its checks, then
+    ``super().__init__(settings)``.
 
     Config keys every subclass has (in its ``DEFAULT_CONFIG``: ``"dataset"`` and
     :data:`PROBLEM_CONFIG`):
@@ -89,8 +95,9 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
             raise ValueError(f"unknown {cls.__name__} config keys {unknown}; valid keys: {sorted(cls.DEFAULT_CONFIG)}")
         return {key: config.get(key, default) for key, default in cls.DEFAULT_CONFIG.items()}
 
-    def __init__(self, settings: Mapping[str, Any]):
-        """Load the problems and start the draw order; ``settings`` comes from :meth:`_settings`."""
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        """Check ``config`` (see :meth:`_settings`), load the problems and start the draw order."""
+        settings = self._settings(config)
         self._problems: list[ProblemT] = self._load_problems(settings)
         if not self._problems:
             raise ValueError(f"{self._name} dataset {settings['dataset']!r} has no {self.PROBLEMS_NOUN}")
@@ -124,6 +131,61 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         """Problem ``i`` of the dataset."""
         return self._problems[self._check_index(i)]
 
+    def draw(self, n: int) -> list[ProblemT]:
+        """The next ``n`` problems of the draw order, the ones ``n`` calls of :meth:`reset` would give.
+
+        Raises:
+            ValueError: ``n`` is not a positive int.
+        """
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:
+            raise ValueError(f"{self._name}.draw(n) needs a positive int n, got {n!r}")
+        return [self._problems[self._next_index()] for _ in range(n)]
+
+    def score_many(self, problems: Sequence[ProblemT], completions: Sequence[str | bytes]) -> list[dict[str, Any]]:
+        """Rate ``completions[k]`` as an answer to ``problems[k]``: one info dict per completion.
+
+        A completion is text; bytes are decoded as UTF-8, with invalid sequences (and lone
+        surrogates in a str) replaced by U+FFFD. Each info holds ``score`` (the reward),
+        ``acc`` (correct), ``pred`` (the extracted answer, or None), ``score_timed_out``,
+        ``ground_truth``, ``data_source`` and whatever else the subclass reports. Neither the
+        draw order nor an episode in progress changes.
+
+        Raises:
+            ValueError: The two sequences differ in length.
+            TypeError: A completion is neither str nor bytes.
+        """
+        if len(problems) != len(completions):
+            raise ValueError(
+                f"{self._name}.score_many needs one problem per completion, got {len(problems)} "
+                f"problems and {len(completions)} completions"
+            )
+        texts = []
+        for k, completion in enumerate(completions):
+            try:
+                texts.append(as_text(completion))
+            except TypeError as error:
+                raise TypeError(f"{self._name} completion {k}: {error}") from None
+        ratings = self._score_batch(problems, texts)
+        return [self._info(problem, rating) for problem, rating in zip(problems, ratings)]
+
+    def _score(self, problem: ProblemT, completion: str) -> dict[str, Any]:
+        """Rate one completion: ``{"score": reward, "acc": correct, "pred": answer or None}``,
+        plus ``"score_timed_out"`` where rating can time out and any other info keys."""
+        raise NotImplementedError(
+            f"{self._name} must implement _score(problem, completion), or _score_batch(problems, completions)"
+        )
+
+    def _score_batch(self, problems: Sequence[ProblemT], completions: list[str]) -> list[dict[str, Any]]:
+        """:meth:`_score` of each pair; a subclass that rates many at once (in parallel) overrides it."""
+        return [self._score(problem, completion) for problem, completion in zip(problems, completions)]
+
+    def _info(self, problem: ProblemT, rating: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(rating, Mapping) or not {"score", "acc", "pred"} <= rating.keys():
+            raise TypeError(f"{self._name} rated a completion {rating!r}; expected a dict with 'score', 'acc' and 'pred'")
+        info = {**rating, "ground_truth": problem.ground_truth, "data_source": problem.data_source}
+        info.setdefault("score_timed_out", False)
+        return info
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[dict[str, str]], dict[str, Any]]:
@@ -156,6 +218,15 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         }
         return self._messages(index), info
 
+    def step(self, action: str | bytes) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
+        """Score the completion ``action`` on the problem of :meth:`reset`; the episode always
+        terminates. The info is :meth:`score_many`'s."""
+        if self._current is None:
+            raise RuntimeError(f"{self._name}.step() called without an active episode: call reset() first")
+        (info,) = self.score_many([self._problems[self._current]], [action])
+        index, self._current = self._current, None
+        return self._messages(index), info["score"], True, False, info
+
     def get_state(self) -> dict[str, Any]:
         """Draw-order state (cursor, epoch, permutation, RNG), for checkpoints."""
         return {
@@ -181,20 +252,6 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         self._permutation = permutation
         self._cursor = int(state["cursor"])
         self._epoch = int(state["epoch"])
-
-    def _end_episode(self, action: Any) -> int:
-        """Check a ``step(action)`` call and end its episode; returns the problem's index."""
-        if self._current is None:
-            raise RuntimeError(f"{self._name}.step() called without an active episode: call reset() first")
-        self._check_action(action)
-        index, self._current = self._current, None
-        return index
-
-    def _check_action(self, action: Any) -> None:
-        if not isinstance(action, (str, bytes)):
-            raise TypeError(
-                f"{self._name} action must be the completion text (str or bytes), got {type(action).__name__}"
-            )
 
     def _messages(self, index: int) -> list[dict[str, str]]:
         """Fresh message dicts of problem ``index``, so callers cannot mutate the dataset."""

@@ -1,11 +1,8 @@
 """Shared, expensive fixtures: one Ray session and one tiny model for the whole test run."""
 
-import os
-
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-
 import pytest
+
+import dapo_rllib  # noqa: F401  (sets vLLM's environment defaults before any test imports vLLM)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dapo_rllib.data.code_tasks import generate_code_tasks, reference_solution, task_to_row
+from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
+from dapo_rllib.data.code_tasks import task_to_row
 from dapo_rllib.data.datasets import write_jsonl
 from envs.code_env import CodeEnv
 
@@ -15,7 +16,6 @@ INFO_KEYS = {
     "acc",
     "pred",
     "ground_truth",
-    "problem_index",
     "data_source",
     "tests_passed",
     "tests_total",
@@ -48,7 +48,6 @@ def test_correct_solution_gets_plus_one():
         "acc": True,
         "pred": "PPPP",
         "ground_truth": task.ground_truth,
-        "problem_index": i,
         "data_source": "code_arithmetic",
         "tests_passed": 4,
         "tests_total": 4,
@@ -76,7 +75,7 @@ def test_fraction_reward():
     assert env.step("no code fence, no function")[1] == 0.0
 
 
-def test_step_many_equals_step():
+def test_score_many_equals_step():
     env = _env(num_problems=6, shuffle=False)
     indices, completions = [], []
     for i in range(6):
@@ -85,7 +84,7 @@ def test_step_many_equals_step():
         indices += [i] * len(variants)
         completions += variants
     state = env.get_state()
-    batch = env.step_many(indices, completions)
+    batch = env.score_many([env.problem(i) for i in indices], completions)
     assert env.get_state() == state  # no draw
     one_by_one = []
     for i, completion in zip(indices, completions):
@@ -94,17 +93,7 @@ def test_step_many_equals_step():
     assert batch == one_by_one
     assert all(set(info) == INFO_KEYS for info in batch)
     assert [info["failure"] for info in batch[:5]] == [None, "wrong answer", "syntax error", "no code", None]
-    assert env.step_many([], []) == []
-
-
-def test_step_many_checks_its_arguments():
-    env = _env(num_problems=3)
-    with pytest.raises(ValueError, match="2 indices and 1 completions"):
-        env.step_many([0, 1], ["x"])
-    with pytest.raises(IndexError, match="problem index 3"):
-        env.step_many([3], ["x"])
-    with pytest.raises(TypeError, match="NoneType"):
-        env.step_many([0], [None])
+    assert env.score_many([], []) == []
 
 
 def test_envs_with_the_same_limits_share_a_sandbox():
@@ -144,7 +133,7 @@ def test_file_dataset(tmp_path):
     env = _env(dataset=str(path), shuffle=False)
     assert env.num_problems == 5
     completions = [reference_solution(task) for task in tasks] + ["def add(a, b):\n    return a + b\n", "print(input())"]
-    infos = env.step_many(range(5), completions)
+    infos = env.score_many([env.problem(i) for i in range(5)], completions)
     assert [(info["data_source"], info["acc"]) for info in infos] == [("code_arithmetic", True)] * 3 + [("ace", True), ("code", True)]
     _, info = env.reset()
     assert info["problem_index"] == 0

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.core.columns import Columns
+from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from dapo_rllib.connectors import ACC, GROUP_ID, LOSS_MASK, SCORE, TRUNCATED, GroupAdvantages, PadTokenBatch
+from dapo_rllib.columns import Columns, Extras
+from dapo_rllib.connectors import GroupAdvantages, PadTokenBatch
 from dapo_rllib.dapo import group_episodes, informative_groups
-from dapo_rllib.rl_module import PROMPT_MASK, RESPONSE_MASK
 
 PAD = 0
 
@@ -21,24 +21,34 @@ def episode(prompt, response, reward, group_id, *, truncated=False, acc=None):
         action=np.array(response),
         reward=reward,
         terminated=True,
-        extra_model_outputs={GROUP_ID: group_id, SCORE: reward, ACC: float(reward > 0) if acc is None else acc, TRUNCATED: truncated},
+        extra_model_outputs={
+            Extras.GROUP_ID: group_id,
+            Extras.SCORE: reward,
+            Extras.ACC: float(reward > 0) if acc is None else acc,
+            Extras.TRUNCATED: truncated,
+        },
     )
     return ep.to_numpy()
 
 
-def run_pieces(episodes, overlong_filtering=False):
+def run_pieces(episodes, overlong_filtering=False, estimator="grpo"):
     batch = PadTokenBatch(pad_token_id=PAD, overlong_filtering=overlong_filtering)(rl_module=None, batch={}, episodes=episodes)
-    return GroupAdvantages()(rl_module=None, batch=batch, episodes=episodes)[DEFAULT_MODULE_ID]
+    return GroupAdvantages(estimator=estimator)(rl_module=None, batch=batch, episodes=episodes)[DEFAULT_MODULE_ID]
+
+
+def test_dapo_columns_use_rllibs_names_for_rllibs_columns():
+    for name in ("OBS", "ACTIONS", "ADVANTAGES", "LOSS_MASK"):
+        assert getattr(Columns, name) == getattr(RLlibColumns, name), name
 
 
 def test_padding_left_for_prompts_right_for_responses():
     eps = [episode([5, 6, 7], [8], 1.0, 0), episode([9], [10, 11, 12], -1.0, 0)]
     b = run_pieces(eps)
     np.testing.assert_array_equal(b[Columns.OBS], [[5, 6, 7], [PAD, PAD, 9]])
-    np.testing.assert_array_equal(b[PROMPT_MASK], [[1, 1, 1], [0, 0, 1]])
+    np.testing.assert_array_equal(b[Columns.PROMPT_MASK], [[1, 1, 1], [0, 0, 1]])
     np.testing.assert_array_equal(b[Columns.ACTIONS], [[8, PAD, PAD], [10, 11, 12]])
-    np.testing.assert_array_equal(b[RESPONSE_MASK], [[1, 0, 0], [1, 1, 1]])
-    np.testing.assert_array_equal(b[LOSS_MASK], b[RESPONSE_MASK])
+    np.testing.assert_array_equal(b[Columns.RESPONSE_MASK], [[1, 0, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(b[Columns.LOSS_MASK], b[Columns.RESPONSE_MASK])
 
 
 def test_group_advantages_per_group_broadcast_over_tokens():
@@ -51,13 +61,22 @@ def test_group_advantages_per_group_broadcast_over_tokens():
     np.testing.assert_allclose(adv[2], [-0.70710, -0.70710, -0.70710], atol=1e-4)
 
 
+def test_advantage_estimator_is_chosen_by_name():
+    # Dr. GRPO: group 7 centred only, (1, -1) - 0; group 3 (one member) keeps its score.
+    eps = [episode([1], [2, 3], 1.0, 7), episode([4], [5], 0.5, 3), episode([1], [6, 7, 8], -1.0, 7)]
+    adv = run_pieces(eps, estimator="dr_grpo")[Columns.ADVANTAGES]
+    np.testing.assert_allclose(adv, [[1.0, 1.0, 0.0], [0.5, 0.0, 0.0], [-1.0, -1.0, -1.0]])
+    with pytest.raises(ValueError, match="unknown adv_estimator 'ppo'; valid advantage estimators: grpo, dr_grpo"):
+        GroupAdvantages(estimator="ppo")
+
+
 def test_overlong_filtering_masks_only_truncated_responses_from_the_loss():
     eps = [episode([1], [2, 3], 1.0, 0, truncated=True), episode([1], [4], -1.0, 0)]
     on = run_pieces(eps, overlong_filtering=True)
-    np.testing.assert_array_equal(on[LOSS_MASK], [[0, 0], [1, 0]])
-    np.testing.assert_array_equal(on[RESPONSE_MASK], [[1, 1], [1, 0]])
+    np.testing.assert_array_equal(on[Columns.LOSS_MASK], [[0, 0], [1, 0]])
+    np.testing.assert_array_equal(on[Columns.RESPONSE_MASK], [[1, 1], [1, 0]])
     off = run_pieces(eps, overlong_filtering=False)
-    np.testing.assert_array_equal(off[LOSS_MASK], [[1, 1], [1, 0]])
+    np.testing.assert_array_equal(off[Columns.LOSS_MASK], [[1, 1], [1, 0]])
 
 
 def test_empty_response_is_an_error():
@@ -74,5 +93,5 @@ def test_informative_groups_keeps_mixed_and_single_member_groups():
     )
     groups = group_episodes(eps)
     assert [len(g) for g in groups] == [2, 2, 2, 1]
-    kept = informative_groups(groups, ACC)
-    assert [int(g[0].get_extra_model_outputs(GROUP_ID, 0)) for g in kept] == [2, 3]
+    kept = informative_groups(groups, Extras.ACC)
+    assert [int(g[0].get_extra_model_outputs(Extras.GROUP_ID, 0)) for g in kept] == [2, 3]

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from dapo_rllib import core_algos
 from dapo_rllib.core_algos import (
     KL_PENALTY_KINDS,
     LOSS_AGG_MODES,
+    adv_estimator_fn,
+    adv_estimators,
     agg_loss,
     compute_group_advantages,
     compute_policy_loss,
@@ -21,6 +24,10 @@ from dapo_rllib.core_algos import (
     kl_penalty,
     masked_mean,
     overlong_penalty,
+    policy_loss_fn,
+    policy_losses,
+    register_adv_estimator,
+    register_policy_loss,
 )
 
 F64 = torch.float64
@@ -292,7 +299,7 @@ def test_clip_fraction_metrics():
     # (1.5 + 1.25 + 0.5 + 20 + 1 + 0.5) / 6 = 24.75 / 6
     assert_close(metrics["ratio_mean"], 4.125)
     # mean(old - new) = -ln(1.5 * 1.25 * 0.5 * 20 * 1 * 0.5) / 6 = -ln(9.375) / 6
-    assert_close(metrics["ppo_kl"], -0.37300776197607904)
+    assert_close(metrics["approx_kl"], -0.37300776197607904)
     for value in metrics.values():
         assert value.dim() == 0 and not value.requires_grad
 
@@ -421,6 +428,192 @@ def test_advantages_without_std_normalisation():
 def test_advantages_shape_mismatch_names_both_shapes():
     with pytest.raises(ValueError, match=r"\(3,\).*\(2,\)"):
         compute_group_advantages(t([1.0, 2.0, 3.0]), torch.tensor([0, 0]))
+
+
+NAN = float("nan")
+
+
+# --------------------------------------------------------------------------
+# Registries: built-ins, lookup errors, a user's own variant
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_registries():
+    """Whatever a test registers is gone after it, so no variant leaks into another test."""
+    tables = (core_algos._POLICY_LOSSES.table, core_algos._ADV_ESTIMATORS.table)
+    saved = [dict(table) for table in tables]
+    yield
+    for table, before in zip(tables, saved):
+        table.clear()
+        table.update(before)
+
+
+def test_builtin_names():
+    assert policy_losses() == ("ppo_clip",)
+    assert adv_estimators() == ("grpo", "dr_grpo")
+    assert policy_loss_fn("ppo_clip") is compute_policy_loss
+    assert adv_estimator_fn("grpo") is compute_group_advantages
+
+
+def test_an_import_path_names_a_function_in_any_process():
+    # Learners and Tune trials do not run the driver's decorators: "module:function" imports it.
+    assert policy_loss_fn("dapo_rllib.core_algos:compute_policy_loss") is compute_policy_loss
+    assert adv_estimator_fn("dapo_rllib.core_algos:dr_grpo_advantages") is core_algos.dr_grpo_advantages
+    with pytest.raises(ModuleNotFoundError, match="no_such_module"):
+        policy_loss_fn("no_such_module:loss")
+
+
+def test_ppo_clip_by_name_gives_the_batch_loss():
+    log_probs = t(BATCH_RATIOS).log()
+    loss, _ = policy_loss_fn("ppo_clip")(
+        log_probs, torch.zeros(2, 4, dtype=F64), t(BATCH_ADV), t(BATCH_MASK),
+        clip_eps_low=0.2, clip_eps_high=0.28, clip_ratio_c=10.0, loss_agg_mode="token-mean",
+    )
+    # as test_batch_loss_with_dual_clip: 8.77 / 6
+    assert_close(loss, 1.4616666666666667)
+
+
+def test_adv_estimators_by_name():
+    scores, ids = t([1.0, -1.0, -1.0, -1.0, 0.7]), ["a", "a", "a", "a", "b"]
+    # grpo: group a has mean -0.5 and std 1 (see test_advantages_normal_group):
+    # 1.5 / (1 + 1e-6), -0.5 / (1 + 1e-6); the single member b: 0.7 / (1 + 1e-6)
+    assert_close(
+        adv_estimator_fn("grpo")(scores, ids),
+        [1.4999985000015, -0.4999995000005, -0.4999995000005, -0.4999995000005, 0.6999993000007],
+    )
+    # dr_grpo: R - mean_g; the single member keeps its score
+    assert_close(adv_estimator_fn("dr_grpo")(scores, ids), [1.5, -0.5, -0.5, -0.5, 0.7])
+
+
+@pytest.mark.parametrize(
+    ("lookup", "listing", "bad"),
+    [(policy_loss_fn, policy_losses, "ppo"), (adv_estimator_fn, adv_estimators, "rloo")],
+)
+def test_unknown_name_lists_valid_names(lookup, listing, bad):
+    with pytest.raises(ValueError) as err:
+        lookup(bad)
+    assert repr(bad) in str(err.value)
+    for name in listing():
+        assert name in str(err.value)
+
+
+@pytest.mark.usefixtures("restore_registries")
+@pytest.mark.parametrize(
+    ("register", "lookup", "name", "original"),
+    [
+        (register_policy_loss, policy_loss_fn, "ppo_clip", compute_policy_loss),
+        (register_adv_estimator, adv_estimator_fn, "grpo", compute_group_advantages),
+    ],
+)
+def test_registering_a_name_twice_is_an_error(register, lookup, name, original):
+    with pytest.raises(ValueError, match=f"'{name}' is already registered"):
+        register(name)(lambda *args, **kwargs: None)
+    assert lookup(name) is original
+
+
+def test_register_needs_a_name():
+    # @register_policy_loss without "(name)" would pass the function as the name
+    with pytest.raises(ValueError, match="non-empty string, got <function"):
+        register_policy_loss(compute_policy_loss)
+
+
+@pytest.mark.usefixtures("restore_registries")
+def test_user_policy_loss_found_by_name():
+    @register_policy_loss("test_reinforce")
+    def reinforce(log_probs, old_log_probs, advantages, response_mask, *, loss_agg_mode, **unused):
+        # REINFORCE: l = -A log pi_theta, no ratio and no clip
+        loss = agg_loss(-advantages * log_probs, response_mask, loss_agg_mode)
+        return loss, {}
+
+    assert "test_reinforce" in policy_losses()
+    log_probs = t([[-1.0, -2.0], [-0.5, NAN]]).requires_grad_()
+    loss, metrics = policy_loss_fn("test_reinforce")(
+        log_probs, torch.zeros(2, 2, dtype=F64), t([[1.0, 1.0], [-2.0, -2.0]]), t([[1, 1], [1, 0]]),
+        clip_eps_low=0.2, clip_eps_high=0.28, clip_ratio_c=10.0, loss_agg_mode="token-mean",
+        num_tokens=None, num_seqs=None, loss_scale_factor=None,
+    )
+    loss.backward()
+    # -A log p = [1, 2] and [-(-2)(-0.5)] = [-1]; token-mean (1 + 2 - 1) / 3
+    assert_close(loss, 2 / 3)
+    # d l / d log p = -A / 3 tokens
+    assert_close(log_probs.grad, [[-1 / 3, -1 / 3], [2 / 3, 0.0]])
+    assert metrics == {}
+
+
+@pytest.mark.usefixtures("restore_registries")
+def test_user_adv_estimator_found_by_name():
+    @register_adv_estimator("test_rloo")
+    def rloo(scores, group_ids):
+        # leave-one-out baseline, one group only: R_i - mean of the other G - 1
+        return scores - (scores.sum() - scores) / (len(scores) - 1)
+
+    # sum 4: baselines 3/3, 4/3, 4/3, 1/3
+    adv = adv_estimator_fn("test_rloo")(t([1.0, 0.0, 0.0, 3.0]), [0, 0, 0, 0])
+    assert_close(adv, [0.0, -4 / 3, -4 / 3, 8 / 3])
+
+
+def test_user_variants_did_not_leak():
+    assert "test_reinforce" not in policy_losses()
+    assert "test_rloo" not in adv_estimators()
+
+
+# --------------------------------------------------------------------------
+# Presets as config values: naive GRPO, DAPO, Dr. GRPO on one batch
+# --------------------------------------------------------------------------
+
+# One group of 3 responses, scores [1, 0, -1]: mean 0, squares 2, unbiased var
+# 2 / 2 = 1, std 1. grpo: A = [1, 0, -1] / (1 + 1e-6); dr_grpo: A = [1, 0, -1].
+# Responses of 1, 2 and 3 tokens (width 3, loss_scale_factor 4):
+#   seq 0: r = [1.25]            A > 0
+#   seq 1: r = [1.5, 0.5]        A = 0: loss 0 whatever r
+#   seq 2: r = [1.0, 20, 0.5]    A < 0
+PRESET_SCORES = [1.0, 0.0, -1.0]
+PRESET_RATIOS = [[1.25, 1.0, 1.0], [1.5, 0.5, 1.0], [1.0, 20.0, 0.5]]
+PRESET_MASK = [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+PRESETS = {
+    "naive GRPO": dict(
+        adv_estimator="grpo", policy_loss="ppo_clip", clip_eps_low=0.2, clip_eps_high=0.2,
+        clip_ratio_c=None, loss_agg_mode="seq-mean-token-mean",
+    ),
+    "DAPO": dict(
+        adv_estimator="grpo", policy_loss="ppo_clip", clip_eps_low=0.2, clip_eps_high=0.28,
+        clip_ratio_c=10.0, loss_agg_mode="token-mean",
+    ),
+    "Dr. GRPO": dict(
+        adv_estimator="dr_grpo", policy_loss="ppo_clip", clip_eps_low=0.2, clip_eps_high=0.2,
+        clip_ratio_c=None, loss_agg_mode="seq-mean-token-sum-norm",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        # a = 1 / (1 + 1e-6). Tokens: seq 0 max(-1.25a, -1.2a) = -1.2a (clip at 1.2);
+        # seq 2 [1a, 20a (no dual clip), max(0.5a, 0.8a) = 0.8a] sum 21.8a.
+        # Mean of sequence means: (-1.2a + 0 + 21.8a / 3) / 3 = 18.2a / 9
+        ("naive GRPO", 2.0222202000020224),
+        # seq 0: -1.25a (1.25 < 1.28, not clipped); seq 2: [1a, min(20a, 10a), 0.8a]
+        # sum 11.8a. Token mean over 6 tokens: (-1.25 + 11.8)a / 6 = 10.55a / 6
+        ("DAPO", 1.7583315750017587),
+        # A exactly [1, 0, -1]: seq 0 -1.2, seq 2 21.8 as in naive GRPO; each
+        # sequence's sum / 4, then mean over 3: (-0.3 + 0 + 5.45) / 3 = 5.15 / 3
+        ("Dr. GRPO", 1.7166666666666668),
+    ],
+)
+def test_presets_differ_where_they_should(preset, expected):
+    settings = dict(PRESETS[preset])
+    advantages = adv_estimator_fn(settings.pop("adv_estimator"))(t(PRESET_SCORES), [0, 0, 0])
+    loss, _ = policy_loss_fn(settings.pop("policy_loss"))(
+        t(PRESET_RATIOS).log(),
+        torch.zeros(3, 3, dtype=F64),
+        advantages[:, None].expand(3, 3),
+        t(PRESET_MASK),
+        loss_scale_factor=4,
+        **settings,
+    )
+    assert_close(loss, expected)
 
 
 # --------------------------------------------------------------------------

@@ -7,7 +7,8 @@ import pytest
 from ray.rllib.algorithms.algorithm import Algorithm
 
 import dapo_rllib  # noqa: F401
-from dapo_rllib.dapo import ROLLOUT, DAPOConfig
+from dapo_rllib.columns import Metrics
+from dapo_rllib.dapo import DAPOConfig
 from dapo_rllib.rl_module import hf_weights
 
 # Parameters vLLM keeps under their Hugging Face names (it fuses q/k/v and gate/up).
@@ -60,7 +61,7 @@ def trained(ray_session, tiny_model_path, tmp_path_factory):
 
 def test_two_iterations_train_and_report_dapo_metrics(trained):
     for result in trained["results"]:
-        rollout = result[ROLLOUT]
+        rollout = result[Metrics.ROLLOUT]
         assert rollout["groups_kept"] == 8
         assert 1 <= rollout["generation_rounds"] <= 8
         assert 0 < rollout["groups_kept_fraction"] <= 1
@@ -169,7 +170,7 @@ def test_resumed_run_continues_exactly_where_it_stopped(resumed):
         assert r["training_iteration"] == c["training_iteration"]
         # Same prompts, same completions: the data position and sampling seeds were restored.
         for key in ("acc_mean", "reward_mean", "response_length_mean", "groups_generated", "groups_kept"):
-            assert r[ROLLOUT][key] == c[ROLLOUT][key], key
+            assert r[Metrics.ROLLOUT][key] == c[Metrics.ROLLOUT][key], key
         rl, cl = r["learners"]["default_policy"], c["learners"]["default_policy"]
         assert rl["default_optimizer_learning_rate"] == cl["default_optimizer_learning_rate"]
         for key in ("policy_loss", "entropy", "grad_norm", "mean_token_prob"):
@@ -179,3 +180,24 @@ def test_resumed_run_continues_exactly_where_it_stopped(resumed):
     for name, value in resumed["continued_weights"].items():
         np.testing.assert_allclose(resumed["resumed_weights"][name], value, rtol=1e-5, atol=1e-7, err_msg=name)
 
+
+
+def test_partial_batch_at_the_round_cap_trains_whole_minibatches_and_is_counted(ray_session, tiny_model_path):
+    # 2 rounds of 6 prompts can never fill 16 groups: the cap is always reached.
+    config = tiny_config(
+        tiny_model_path, train_batch_size_prompts=16, gen_batch_size_prompts=6, max_num_gen_batches=2, minibatch_size_prompts=4, train_on_partial_batch=True
+    )
+    algo = config.env_runners(num_env_runners=0).build_algo()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    rollout = result[Metrics.ROLLOUT]
+    informative = round(rollout["groups_kept_fraction"] * rollout["groups_generated"])
+    assert rollout["generation_rounds"] == 2 and rollout["groups_generated"] == 12
+    assert 4 <= informative < 16, "the tiny model should leave some groups mixed (not all right or all wrong)"
+    assert rollout["partial_batch"] == 1
+    assert rollout["groups_kept"] == informative // 4 * 4
+    learner = result["learners"]["default_policy"]
+    # Every kept group's 4 episodes were trained on, in one optimizer step per mini-batch of 4 groups.
+    assert learner["num_module_steps_trained"] == rollout["groups_kept"] * 4

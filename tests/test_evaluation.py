@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dapo_rllib.evaluation import evaluate
+from dapo_rllib.tables import format_table
 
 AIME = Path(__file__).resolve().parents[2] / "shared" / "data" / "aime-2024.parquet"
 RLLIB = str(Path(sys.executable).with_name("rllib"))
@@ -154,3 +155,14 @@ def test_a_scorer_that_hangs_is_cut_off_and_counted(tiny_model_path, arithmetic_
     assert metrics["scoring_timeouts"] == metrics["num_samples"] == 4
     assert metrics["avg@2"] == 0.0
     assert [p["scoring_timeouts"] for p in report["problems"]] == [2, 2]
+
+
+def test_format_table_aligns_columns_and_formats_numbers():
+    table = format_table([["data source", "avg@32", "pass@1"], ["math_dapo", 0.5, None], ["x", 1, 2.0]], align="<>")
+    assert table.splitlines() == ["data source  avg@32  pass@1", "math_dapo     0.500  -", "x                 1  2.000"]
+
+
+@pytest.mark.parametrize(("rows", "align", "message"), [([["a"], ["b", "c"]], "", r"rows of \[1, 2\] cells"), ([["a"]], "<>", "at most 1 columns"), ([["a"]], "^", r"'\^'")])
+def test_format_table_rejects_ragged_rows_and_bad_alignment(rows, align, message):
+    with pytest.raises(ValueError, match=message):
+        format_table(rows, align)

@@ -31,7 +31,6 @@ def test_correct_answer_gets_plus_one():
         "acc": True,
         "pred": info["ground_truth"],
         "ground_truth": info["ground_truth"],
-        "problem_index": info["problem_index"],
         "data_source": "arithmetic",
         "scorer": "math_dapo",
         "score_timed_out": False,

@@ -6,6 +6,7 @@ test_math_env.py and test_code_env.py.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 
 from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
-from dapo_rllib.data.code_tasks import generate_code_tasks, reference_solution, task_to_row
+from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
+from dapo_rllib.data.code_tasks import task_to_row
 from envs import CodeEnv, MathEnv, ProblemEnv
 
 
@@ -89,10 +91,66 @@ def test_replay_by_problem_index_does_not_move_cursor(kind):
     assert got == expected
 
 
+def test_draw_gives_what_resets_give(kind):
+    resets = kind.make(num_problems=7, seed=3)
+    expected = _draw(resets, 17)
+
+    env = kind.make(num_problems=7, seed=3)
+    drawn = env.draw(5) + env.draw(1) + env.draw(11)  # across the epoch boundaries
+    assert drawn == [env.problem(i) for i in expected]
+    assert env.get_state() == resets.get_state()
+    with pytest.raises(RuntimeError, match=r"reset\(\)"):
+        env.step(kind.fail)  # drawing starts no episode
+
+
+@pytest.mark.parametrize("n", [0, -2, 1.5, True, "3", None])
+def test_draw_needs_a_positive_int(kind, n):
+    env = kind.make(num_problems=3)
+    state = env.get_state()
+    with pytest.raises(ValueError, match=rf"draw\(n\) needs a positive int n, got {re.escape(repr(n))}$"):
+        env.draw(n)
+    assert env.get_state() == state
+
+
+def test_score_many_equals_step_one_by_one(kind):
+    env = kind.make(num_problems=4, shuffle=False)
+    indices = [0, 0, 1, 2, 3, 3]
+    completions = [kind.solve(env, 0), kind.fail, kind.solve(env, 1).encode(), kind.fail, kind.solve(env, 3), kind.fail]
+    _, current = env.reset()  # an episode in progress stays as it is
+    state = env.get_state()
+
+    infos = env.score_many([env.problem(i) for i in indices], completions)
+    assert env.get_state() == state
+    assert [(info["score"], info["acc"]) for info in infos] == [(1.0, True), (-1.0, False)] * 3
+    assert [(info["ground_truth"], info["data_source"], info["score_timed_out"]) for info in infos] == [
+        (env.problem(i).ground_truth, env.problem(i).data_source, False) for i in indices
+    ]
+    assert all("pred" in info for info in infos)
+    assert env.step(kind.solve(env, current["problem_index"]))[1] == 1.0
+
+    one_by_one = []
+    for i, completion in zip(indices, completions):
+        env.reset(options={"problem_index": i})
+        one_by_one.append(env.step(completion)[-1])
+    assert infos == one_by_one
+    assert env.score_many([], []) == []
+
+
+def test_score_many_checks_its_arguments(kind):
+    env = kind.make(num_problems=3)
+    problems = [env.problem(0), env.problem(1)]
+    with pytest.raises(ValueError, match=r"one problem per completion, got 2 problems and 1 completions"):
+        env.score_many(problems, [kind.fail])
+    with pytest.raises(TypeError, match=r"completion 1: .*str or bytes, got NoneType"):
+        env.score_many(problems, [kind.fail, None])
+
+
 def test_bad_problem_index(kind):
     env = kind.make(num_problems=10)
     with pytest.raises(IndexError, match=r"problem index 10 .*10 problems"):
         env.reset(options={"problem_index": 10})
+    with pytest.raises(IndexError, match=r"problem index 10 .*10 problems"):
+        env.problem(10)
     with pytest.raises(IndexError, match="-1"):
         env.reset(options={"problem_index": -1})
     with pytest.raises(TypeError, match="must be an int, got str"):
@@ -176,9 +234,10 @@ def test_step_requires_reset(kind):
 
 def test_non_str_action(kind):
     env = kind.make(num_problems=3)
-    env.reset()
-    with pytest.raises(TypeError, match="int"):
+    _, info = env.reset()
+    with pytest.raises(TypeError, match="str or bytes, got int"):
         env.step(42)
+    assert env.step(kind.solve(env, info["problem_index"]))[1] == 1.0  # the episode is still on
 
 
 def test_bytes_action_is_decoded_with_replacement(kind):

@@ -520,11 +520,32 @@ def test_stdin_is_the_given_input_then_eof(sandbox):
     assert sandbox.run("import sys\nprint(repr(sys.stdin.read()))\n").stdout == b"''\n"
 
 
-def test_isolation_names_the_network_mode(sandbox):
+def test_isolation_names_the_network_mode_it_enforces(sandbox):
+    """The network line of `isolation` (logged, and shown to users) says what a program meets."""
     isolation = sandbox.isolation
     assert {"mode", "network", "processes", "filesystem", "user"} <= isolation.keys()
-    assert all(isinstance(value, str) and value for value in isolation.values())
-    assert any(word in isolation["network"] for word in ("network namespace", "seccomp", "NOT isolated"))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        source = (
+            "import json, socket\n"
+            "seen = {}\n"
+            "try:\n"
+            "    seen['interfaces'] = [name for _, name in socket.if_nameindex()]\n"
+            f"    socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), timeout=1).close()\n"
+            "    seen['connect'] = 'connected'\n"
+            "except OSError as error:\n"
+            "    seen['connect'] = type(error).__name__ + ': ' + str(error)\n"
+            "print(json.dumps(seen))\n"
+        )
+        result = sandbox.run(source)
+    assert result.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout)
+    network = isolation["network"]
+    if network.startswith("network namespace"):
+        assert seen["interfaces"] == ["lo"] and "Network is unreachable" in seen["connect"], seen
+    elif network.startswith("socket creation blocked"):
+        assert seen["connect"].startswith("PermissionError"), seen
+    else:
+        assert network.startswith("NOT isolated") and seen["connect"] == "connected", (network, seen)
 
 
 def test_run_many_runs_in_parallel_and_keeps_order(sandbox, record):

@@ -24,10 +24,6 @@ Names used elsewhere are accepted too: ``test_cases`` (AceCode-87K) for ``tests`
 (APPS, TACO) or ``reward_model.ground_truth`` (verl's code rows), which is a ``function`` spec
 when it names a function and ``stdio`` cases otherwise. ``stdio`` and ``function`` may also be
 JSON strings, which is how parquet holds values of mixed types.
-
-:func:`generate_code_tasks` is the built-in task for the tiny model: one-line arithmetic
-functions ("Write a Python function `add(a, b)` that returns the sum of its two arguments."),
-in the ``function`` format, with a disjoint held-out split like the arithmetic generator's.
 """
 
 from __future__ import annotations
@@ -36,8 +32,6 @@ import ast
 import hashlib
 import json
 import os
-import random
-import re
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -53,22 +47,16 @@ TASK_KINDS = ("assert", "stdio", "function")
 ROW_KEY_BY_KIND = {"assert": "tests", "stdio": "stdio", "function": "function"}
 #: ``data_source`` of file rows that do not name one.
 DEFAULT_CODE_DATA_SOURCE = "code"
-#: ``data_source`` of the generated tasks.
-GENERATED_CODE_DATA_SOURCE = "code_arithmetic"
-#: How a plain ``question`` becomes the user message; the generated tasks use it too.
+#: How a plain ``question`` becomes the user message; the generated tasks (:mod:`dapo_rllib.data.code_arithmetic`) use it too.
 CODE_PROMPT_TEMPLATE = "{question} Answer with a single ```python code block."
 #: Longer test specs are reported by digest: the ground truth travels with every episode.
 GROUND_TRUTH_MAX_CHARS = 2000
 
 
-def _short_repr() -> Callable[[Any], str]:
-    """``repr`` with long strings and containers elided, for error messages."""
-    short = reprlib.Repr()
-    short.maxstring = short.maxother = 120
-    return short.repr
-
-
-_short = _short_repr()
+_ELIDING_REPR = reprlib.Repr()
+_ELIDING_REPR.maxstring = _ELIDING_REPR.maxother = 120
+#: ``repr`` with long strings and containers elided, for error messages.
+short_repr = _ELIDING_REPR.repr
 
 
 class StdioCase(NamedTuple):
@@ -171,7 +159,7 @@ def task_to_row(task: CodeTask) -> dict:
 def _task_from_row(row: Mapping[str, Any], where: str, index: int) -> CodeTask:
     data_source = row.get("data_source", DEFAULT_CODE_DATA_SOURCE)
     if not isinstance(data_source, str):
-        raise ValueError(f"{where}: data_source must be a string, got {type(data_source).__name__} {_short(data_source)}")
+        raise ValueError(f"{where}: data_source must be a string, got {type(data_source).__name__} {short_repr(data_source)}")
     messages = _row_messages(row, where)
     column, kind, spec = _row_tests(row, where)
     try:
@@ -190,7 +178,7 @@ def _row_messages(row: Mapping[str, Any], where: str) -> tuple[dict, ...]:
     if prompt is not None:
         return parse_prompt(prompt, where)
     if not isinstance(question, str) or not question.strip():
-        raise ValueError(f"{where}: question must be a non-empty string, got {_short(question)}")
+        raise ValueError(f"{where}: question must be a non-empty string, got {short_repr(question)}")
     return ({"role": "user", "content": CODE_PROMPT_TEMPLATE.format(question=question)},)
 
 
@@ -233,18 +221,18 @@ def _decoded_json(value: Any, where: str) -> Any:
     try:
         return json.loads(value)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{where}: not valid JSON ({error.msg}): {_short(value)}") from None
+        raise ValueError(f"{where}: not valid JSON ({error.msg}): {short_repr(value)}") from None
 
 
 def _inputs_outputs_tests(value: Any, where: str) -> tuple[str, Any]:
     """``(kind, unchecked tests)`` of an APPS/TACO ``{"inputs", "outputs"[, "fn_name"]}`` object."""
     if not (isinstance(value, Mapping) and {"inputs", "outputs"} <= set(value)):
-        raise ValueError(f"{where}: expected an object with 'inputs' and 'outputs' (and 'fn_name' for a function), got {_short(value)}")
+        raise ValueError(f"{where}: expected an object with 'inputs' and 'outputs' (and 'fn_name' for a function), got {short_repr(value)}")
     if value.get("fn_name") is not None:
         return "function", value
     inputs, outputs = value["inputs"], value["outputs"]
     if not (isinstance(inputs, list) and isinstance(outputs, list) and len(inputs) == len(outputs)):
-        raise ValueError(f"{where}: 'inputs' and 'outputs' must be lists of the same length, got {_short(inputs)} and {_short(outputs)}")
+        raise ValueError(f"{where}: 'inputs' and 'outputs' must be lists of the same length, got {short_repr(inputs)} and {short_repr(outputs)}")
     return "stdio", [{"input": i, "output": o} for i, o in zip(inputs, outputs)]
 
 
@@ -265,7 +253,7 @@ def checked_tests(kind: str, tests: Any) -> TestSpec:
 
 def _non_empty_list(value: Any, what: str) -> list:
     if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(f"expected a non-empty list of {what}, got {type(value).__name__} {_short(value)}")
+        raise ValueError(f"expected a non-empty list of {what}, got {type(value).__name__} {short_repr(value)}")
     return list(value)
 
 
@@ -273,11 +261,11 @@ def _assert_tests(tests: Any) -> tuple[str, ...]:
     tests = _non_empty_list(tests, "test statements (strings)")
     for i, test in enumerate(tests):
         if not isinstance(test, str) or not test.strip():
-            raise ValueError(f"test {i} must be a non-empty string of Python statements, got {_short(test)}")
+            raise ValueError(f"test {i} must be a non-empty string of Python statements, got {short_repr(test)}")
         try:
             ast.parse(test)
         except SyntaxError as error:
-            raise ValueError(f"test {i} is not valid Python ({error.msg}): {_short(test)}") from None
+            raise ValueError(f"test {i} is not valid Python ({error.msg}): {short_repr(test)}") from None
     return tuple(tests)
 
 
@@ -287,7 +275,7 @@ def _stdio_cases(tests: Any) -> tuple[StdioCase, ...]:
         if isinstance(case, StdioCase):
             case = case._asdict()
         if not (isinstance(case, Mapping) and isinstance(case.get("input"), str) and isinstance(case.get("output"), str)):
-            raise ValueError(f"case {i} must be an object with string 'input' and 'output', got {_short(case)}")
+            raise ValueError(f"case {i} must be an object with string 'input' and 'output', got {short_repr(case)}")
         cases.append(StdioCase(case["input"], case["output"]))
     return tuple(cases)
 
@@ -296,17 +284,17 @@ def _function_tests(tests: Any) -> FunctionTests:
     if isinstance(tests, FunctionTests):
         tests = tests_to_json(tests)
     if not isinstance(tests, Mapping):
-        raise ValueError(f"expected an object {{fn_name, inputs, outputs}}, got {_short(tests)}")
+        raise ValueError(f"expected an object {{fn_name, inputs, outputs}}, got {short_repr(tests)}")
     fn_name = tests.get("fn_name")
     if not (isinstance(fn_name, str) and fn_name.isidentifier()):
-        raise ValueError(f"fn_name must be a Python identifier, got {_short(fn_name)}")
+        raise ValueError(f"fn_name must be a Python identifier, got {short_repr(fn_name)}")
     inputs = _non_empty_list(tests.get("inputs"), "argument lists")
     outputs = _non_empty_list(tests.get("outputs"), "expected return values")
     if len(inputs) != len(outputs):
         raise ValueError(f"{len(inputs)} inputs but {len(outputs)} outputs; expected one output per input")
     for i, arguments in enumerate(inputs):
         if not isinstance(arguments, (list, tuple)):
-            raise ValueError(f"inputs[{i}] must be the list of arguments of a call, got {_short(arguments)}")
+            raise ValueError(f"inputs[{i}] must be the list of arguments of a call, got {short_repr(arguments)}")
     try:
         # Round-tripped so the spec holds exactly the JSON values the sandboxed harness compares with.
         inputs, outputs = json.loads(json.dumps([inputs, outputs], allow_nan=False))
@@ -326,168 +314,16 @@ def _compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-# --- the built-in generator -----------------------------------------------------------------
-
-
-class Operation(NamedTuple):
-    """How a generated function combines its two arguments."""
-
-    description: str  # completes "returns ..."
-    expression: str  # Python, over the placeholders {a} and {b}
-    apply: Callable[[int, int], int]
-
-
-OPERATIONS: dict[str, Operation] = {
-    "sum": Operation("the sum of its two arguments", "{a} + {b}", lambda a, b: a + b),
-    "difference": Operation("its first argument minus its second", "{a} - {b}", lambda a, b: a - b),
-    "product": Operation("the product of its two arguments", "{a} * {b}", lambda a, b: a * b),
-    "maximum": Operation("the larger of its two arguments", "max({a}, {b})", lambda a, b: max(a, b)),
-    "minimum": Operation("the smaller of its two arguments", "min({a}, {b})", lambda a, b: min(a, b)),
-}
-#: Names of the generated functions: one that says what it does, and neutral ones that make
-#: the model read the description.
-NAMED_FUNCTIONS = {"sum": "add", "difference": "subtract", "product": "multiply", "maximum": "larger", "minimum": "smaller"}
-NEUTRAL_FUNCTION_NAMES = ("f", "solve", "compute", "combine", "calc")
-PARAMETER_PAIRS = (("a", "b"), ("x", "y"), ("m", "n"), ("p", "q"), ("u", "v"), ("i", "j"))
-#: "... plus K" for K in 1..MAX_ADDEND; 0: no addend.
-MAX_ADDEND = 9
-CODE_SPLITS = ("train", "test")
-#: A task is in "test" iff its hash is divisible by this (so ~1/10 of them).
-TEST_SPLIT_MODULUS = 10
-#: Tests per generated task: (3, 5), on which every operation differs, and random pairs.
-FIXED_TEST_ARGUMENTS = (3, 5)
-NUM_RANDOM_TESTS = 3
-RANDOM_ARGUMENT_RANGE = (-20, 20)
-
-_GENERATED_PROMPT_RE = re.compile(
-    r"Write a Python function `(?P<name>\w+)\((?P<a>\w+), (?P<b>\w+)\)` that returns "
-    r"(?P<description>.+?)(?: plus (?P<addend>\d+))?\."
-)
-
-
-class GeneratedFunction(NamedTuple):
-    """A generated task: ``def name(a, b): return <operation> + addend``."""
-
-    name: str
-    parameters: tuple[str, str]
-    operation: str
-    addend: int
-
-    @property
-    def question(self) -> str:
-        """E.g. "Write a Python function `add(a, b)` that returns the sum of its two arguments plus 3."."""
-        a, b = self.parameters
-        plus = f" plus {self.addend}" if self.addend else ""
-        return f"Write a Python function `{self.name}({a}, {b})` that returns {OPERATIONS[self.operation].description}{plus}."
-
-    @property
-    def solution(self) -> str:
-        """The reference answer: the function in one ```python block."""
-        a, b = self.parameters
-        expression = OPERATIONS[self.operation].expression.format(a=a, b=b)
-        plus = f" + {self.addend}" if self.addend else ""
-        return f"```python\ndef {self.name}({a}, {b}):\n    return {expression}{plus}\n```"
-
-    @property
-    def key(self) -> str:
-        """A stable name of the task, e.g. ``"add(a, b) = sum + 3"``: it seeds the split and the tests."""
-        return f"{self.name}({', '.join(self.parameters)}) = {self.operation} + {self.addend}"
-
-    @property
-    def split(self) -> str:
-        """``"test"`` or ``"train"``, from a hash that is stable across processes."""
-        digest = hashlib.sha256(self.key.encode()).digest()
-        return "test" if int.from_bytes(digest, "big") % TEST_SPLIT_MODULUS == 0 else "train"
-
-    def tests(self) -> FunctionTests:
-        # Seeded by the task itself, so its tests do not depend on the generator's shuffle seed
-        # (str seeds are hashed with SHA-512: stable across processes and Python versions).
-        rng = random.Random(self.key)
-        low, high = RANDOM_ARGUMENT_RANGE
-        calls = [FIXED_TEST_ARGUMENTS] + [(rng.randint(low, high), rng.randint(low, high)) for _ in range(NUM_RANDOM_TESTS)]
-        apply = OPERATIONS[self.operation].apply
-        return FunctionTests(self.name, tuple(list(call) for call in calls), tuple(apply(*call) + self.addend for call in calls))
-
-
-def _all_generated_functions() -> list[GeneratedFunction]:
-    return [
-        GeneratedFunction(name, parameters, operation, addend)
-        for operation in OPERATIONS
-        for name in (NAMED_FUNCTIONS[operation], *NEUTRAL_FUNCTION_NAMES)
-        for parameters in PARAMETER_PAIRS
-        for addend in range(MAX_ADDEND + 1)
-    ]
-
-
-def generate_code_tasks(split: str, num_problems: int | None = None, *, seed: int = 0) -> list[CodeTask]:
-    """The generated function-writing tasks of ``split``, in a deterministic ``seed``-dependent order.
-
-    Args:
-        split: ``"train"`` or ``"test"`` (about a tenth of the 1800 tasks, disjoint from train).
-        num_problems: Take the first ``num_problems`` of the shuffled split; ``None``: all.
-        seed: Seed of the shuffle.
-
-    Raises:
-        ValueError: Unknown split, or ``num_problems`` negative or larger than the split.
-    """
-    if split not in CODE_SPLITS:
-        raise ValueError(f"unknown code task split {split!r}; expected one of {CODE_SPLITS}")
-    functions = [function for function in _all_generated_functions() if function.split == split]
-    random.Random(seed).shuffle(functions)
-    if num_problems is not None:
-        if not 0 <= num_problems <= len(functions):
-            raise ValueError(f"num_problems={num_problems} is out of range: the generated code {split!r} split has {len(functions)} tasks")
-        functions = functions[:num_problems]
-    return [
-        CodeTask(
-            messages=({"role": "user", "content": CODE_PROMPT_TEMPLATE.format(question=function.question)},),
-            tests=function.tests(),
-            kind="function",
-            data_source=GENERATED_CODE_DATA_SOURCE,
-            index=i,
-        )
-        for i, function in enumerate(functions)
-    ]
-
-
-def parse_generated_task(task: CodeTask) -> GeneratedFunction:
-    """The generated function a task of :func:`generate_code_tasks` asks for.
-
-    Raises:
-        ValueError: ``task`` is not a generated task.
-    """
-    match = _GENERATED_PROMPT_RE.search(task.messages[-1]["content"])
-    operation = next((name for name, op in OPERATIONS.items() if match and op.description == match["description"]), None)
-    if operation is None:
-        raise ValueError(f"not a generated code task: {_short(task.messages[-1]['content'])}")
-    return GeneratedFunction(match["name"], (match["a"], match["b"]), operation, int(match["addend"] or 0))
-
-
-def reference_solution(task: CodeTask) -> str:
-    """A correct answer to a generated task, e.g. "```python\\ndef add(a, b):\\n    return a + b\\n```".
-
-    Raises:
-        ValueError: ``task`` is not a generated task.
-    """
-    return parse_generated_task(task).solution
-
-
 __all__ = [
     "CODE_PROMPT_TEMPLATE",
     "DEFAULT_CODE_DATA_SOURCE",
-    "GENERATED_CODE_DATA_SOURCE",
-    "OPERATIONS",
     "TASK_KINDS",
     "CodeTask",
     "FunctionTests",
-    "GeneratedFunction",
     "StdioCase",
     "TestSpec",
     "checked_tests",
-    "generate_code_tasks",
     "load_code_tasks",
-    "parse_generated_task",
-    "reference_solution",
     "task_to_row",
     "tests_to_json",
 ]

@@ -1,0 +1,103 @@
+"""Every name that travels between DAPO's pieces, in one place (as RLlib's `Columns` does).
+
+    Extras        per-episode values the env runner writes into `extra_model_outputs`
+    Columns       training-batch columns: RLlib's that DAPO uses, and DAPO's own
+    Metrics       metric names, by the section of the results they appear in
+
+A TensorBoard tag is `<section>/<name>` (see `tag`). Plain Python, no Ray: the pure math in
+`core_algos` names its metrics from here too.
+"""
+
+from __future__ import annotations
+
+
+class Extras:
+    """Values of a one-step episode, set by `VLLMEnvRunner` and read by connectors and `DAPO`."""
+
+    GROUP_ID = "group_id"  # episodes sampled for the same prompt share it
+    SCORE = "score"  # the verifier's reward, before length shaping
+    ACC = "acc"  # 0/1 correctness
+    TRUNCATED = "truncated"  # the response hit max_response_length
+    SCORE_TIMED_OUT = "score_timed_out"  # scoring ran out of time: scored wrong, counted
+    OVERLONG_PENALTY = "overlong_penalty"  # the soft overlong punishment added to the reward
+
+
+class Columns:
+    """Training-batch columns. The first four are RLlib's (`ray.rllib.core.columns.Columns`),
+    repeated so that this module needs no Ray; a test checks they stay equal."""
+
+    OBS = "obs"  # prompt token ids, left-padded
+    ACTIONS = "actions"  # response token ids, right-padded
+    ADVANTAGES = "advantages"
+    LOSS_MASK = "loss_mask"  # response mask, with overlong-filtered responses zeroed
+    PROMPT_MASK = "prompt_mask"
+    RESPONSE_MASK = "response_mask"
+    OLD_LOGP = "old_logp"  # log-probs under the policy before this step's updates
+    LOGP = "logp"  # forward output: log-prob of each sampled response token
+    ENTROPY = "entropy"  # forward output: policy entropy at each response position
+
+
+class Metrics:
+    """Result sections and the metric names under them."""
+
+    # Sections of the results (and TensorBoard tag prefixes).
+    ROLLOUT = "rollout"
+    TIMING = "timing"
+    LEARNER = "learner"
+    PROGRESS = "progress"
+
+    # rollout/: one training step's samples and dynamic sampling.
+    GENERATION_ROUNDS = "generation_rounds"
+    GROUPS_GENERATED = "groups_generated"
+    GROUPS_KEPT = "groups_kept"  # groups trained on
+    GROUPS_KEPT_FRACTION = "groups_kept_fraction"  # informative / generated
+    PARTIAL_BATCH = "partial_batch"  # 1: the round cap was hit, fewer groups trained
+    GROUPS_ALL_CORRECT_FRACTION = "groups_all_correct_fraction"
+    GROUPS_ALL_WRONG_FRACTION = "groups_all_wrong_fraction"
+    TRUNCATION_RATIO = "truncation_ratio"
+    SCORING_TIMEOUTS = "scoring_timeouts"
+    RESPONSE_LENGTH_MEAN = "response_length_mean"
+    RESPONSE_LENGTH_MAX = "response_length_max"
+    REWARD_MEAN = "reward_mean"
+    SCORE_MEAN = "score_mean"
+    ACC_MEAN = "acc_mean"
+    PROMPTS_TRUNCATED = "prompts_left_truncated"
+
+    GENERATED_TOKENS = "generated_tokens"
+
+    # timing/: wall seconds of the phases of one training step, logged as RLlib timers
+    # (`TIMERS`) next to RLlib's own, which TensorBoard shows under these names.
+    GENERATION_S = "generation_s"
+    SCORING_S = "scoring_s"
+    OLD_LOG_PROBS_S = "old_log_probs_s"  # part of update_s
+    UPDATE_S = "update_s"
+    WEIGHT_SYNC_S = "weight_sync_s"
+    WEIGHT_LOAD_S = "weight_load_s"  # per env runner, inside weight_sync_s
+    GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
+    ITERATION_S = "iteration_s"
+    EVALUATION_S = "evaluation_s"
+    EVAL_TIME_S = "eval_time_s"  # its name in the evaluation results, next to RLlib's counters
+
+    # learner/: the update.
+    POLICY_LOSS = "policy_loss"
+    KL_LOSS = "kl_loss"
+    ENTROPY = "entropy"
+    MEAN_TOKEN_PROB = "mean_token_prob"
+    APPROX_KL = "approx_kl"
+    PG_CLIPFRAC_LOW = "pg_clipfrac_low"
+    PG_CLIPFRAC_HIGH = "pg_clipfrac_high"
+    PG_CLIPFRAC_DUAL = "pg_clipfrac_dual"
+    RATIO_MEAN = "ratio_mean"
+    GRAD_NORM = "grad_norm"
+    GRAD_STEPS_SKIPPED = "grad_steps_skipped"
+    LR = "lr"
+    OVERLONG_FILTERED_FRACTION = "overlong_filtered_fraction"
+    LOSS_TOKENS = "loss_tokens_per_step"
+
+    # progress/: lifetime counters.
+    ENV_STEPS_SAMPLED = "env_steps_sampled"
+
+
+def tag(section: str, name: str) -> str:
+    """The TensorBoard tag (and flattened result key) of metric `name` in `section`."""
+    return f"{section}/{name}"
