@@ -317,6 +317,8 @@ class DAPOConfig(AlgorithmConfig):
         from pathlib import Path
 
         def need(ok: bool, message: str) -> None:
+            # AlgorithmConfig's private `_value_error`, as RLlib's own configs use it: it honours
+            # `experimental(_validate_config=False)`, which a plain raise would not.
             if not ok:
                 self._value_error(message)
 
