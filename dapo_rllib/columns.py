@@ -93,6 +93,8 @@ class Metrics:
     LR = "lr"
     OVERLONG_FILTERED_FRACTION = "overlong_filtered_fraction"
     LOSS_TOKENS = "loss_tokens_per_step"
+    PADDING_FRACTION = "padding_fraction"  # padded / all token positions of the forward passes
+    MICRO_BATCHES = "micro_batches"  # forward passes per optimizer step
 
     # progress/: lifetime counters.
     ENV_STEPS_SAMPLED = "env_steps_sampled"

@@ -21,6 +21,7 @@ from ray.rllib.utils.metrics import TIMERS
 
 from dapo_rllib import core_algos
 from dapo_rllib.columns import Columns, Extras, Metrics
+from dapo_rllib.micro_batching import plan_for_batch, take
 
 
 def episode_value(episode, key: str):
@@ -102,26 +103,27 @@ class RecomputeOldLogProbs(ConnectorV2):
     """Log-probs of the sampled tokens under the policy before this training step's updates.
 
     DAPO (§5) recomputes them with the trainer's model rather than trusting the inference
-    engine's numbers, which differ (kernels, precision). Runs in micro-batches without grad;
-    its wall time is one of the step's timers (`timing/old_log_probs_s`).
+    engine's numbers, which differ (kernels, precision). Runs without grad in the learner's
+    token-budget micro-batches (`micro_batching`); its wall time is one of the step's timers
+    (`timing/old_log_probs_s`). Not in the pipeline when a batch gets one optimizer step
+    (`DAPOConfig.recomputes_old_logp`).
     """
 
-    def __init__(self, *args, micro_batch_size: int, **kwargs):
+    def __init__(self, *args, max_tokens: int, **kwargs):
         super().__init__(*args, **kwargs)
-        self.micro_batch_size = micro_batch_size
+        self.max_tokens = max_tokens
 
     def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
         module = rl_module[DEFAULT_MODULE_ID].unwrapped()
         data = batch[DEFAULT_MODULE_ID]
-        n = data[Columns.OBS].shape[0]
-        columns = (Columns.OBS, Columns.PROMPT_MASK, Columns.ACTIONS, Columns.RESPONSE_MASK)
-        chunks = []
+        inputs = {c: data[c] for c in (Columns.OBS, Columns.PROMPT_MASK, Columns.ACTIONS, Columns.RESPONSE_MASK)}
+        old_logp = torch.zeros(data[Columns.ACTIONS].shape, dtype=torch.float32, device=data[Columns.ACTIONS].device)
         start_time = time.perf_counter()
         with torch.no_grad():
-            for start in range(0, n, self.micro_batch_size):
-                piece = {c: data[c][start : start + self.micro_batch_size] for c in columns}
-                chunks.append(module.forward_inference(piece)[Columns.LOGP])
-        data[Columns.OLD_LOGP] = torch.cat(chunks, dim=0)
+            for micro_batch in plan_for_batch(inputs, self.max_tokens):
+                logp = module.forward_inference(take(inputs, micro_batch))[Columns.LOGP]
+                old_logp[micro_batch.rows.to(old_logp.device), : micro_batch.response_width] = logp
+        data[Columns.OLD_LOGP] = old_logp
         if metrics is not None:
             metrics.log_value((TIMERS, Metrics.OLD_LOG_PROBS_S), time.perf_counter() - start_time, window=1)
         return batch

@@ -104,7 +104,9 @@ class DAPOConfig(AlgorithmConfig):
         self.filter_metric = "acc"
         self.train_on_partial_batch = False
         self.minibatch_size_prompts = 32
-        self.log_prob_micro_batch_size = 64
+        self.max_tokens_per_micro_batch = None
+        self.gradient_checkpointing = False
+        self.deepspeed_config = None
         # Loss (names in core_algos' registries).
         self.policy_loss = "ppo_clip"
         self.adv_estimator = "grpo"
@@ -140,7 +142,9 @@ class DAPOConfig(AlgorithmConfig):
         filter_metric: str = NotProvided,
         train_on_partial_batch: bool = NotProvided,
         minibatch_size_prompts: int = NotProvided,
-        log_prob_micro_batch_size: int = NotProvided,
+        max_tokens_per_micro_batch: int | None = NotProvided,
+        gradient_checkpointing: bool = NotProvided,
+        deepspeed_config: dict | str | None = NotProvided,
         policy_loss: str = NotProvided,
         adv_estimator: str = NotProvided,
         clip_eps_low: float = NotProvided,
@@ -180,8 +184,20 @@ class DAPOConfig(AlgorithmConfig):
                 (trimmed to whole mini-batches) instead of raising.
             minibatch_size_prompts: Prompts per optimizer step. Reference 32 (16 optimizer
                 steps per training step at 512 prompts).
-            log_prob_micro_batch_size: Sequences per forward pass when recomputing old
-                log-probs (memory only; no effect on results).
+            max_tokens_per_micro_batch: Token budget of one forward pass of the learner
+                (prompt + response tokens, padding included). Each mini-batch is sorted by
+                length and cut into micro-batches within it; gradients accumulate to one
+                optimizer step per mini-batch, and the loss is exactly that of the mini-batch
+                in one piece. Memory only: no effect on results. None: 16,384 or two of the
+                longest possible sequences (max_prompt_length + max_response_length),
+                whichever is larger. The old log-prob recomputation uses the same budget.
+            gradient_checkpointing: Recompute each decoder layer's activations in the
+                backward pass instead of keeping them (Hugging Face gradient checkpointing):
+                less memory, about a third more learner compute.
+            deepspeed_config: Run the learner under DeepSpeed ZeRO (stage 2 or 3, optional
+                optimizer offload): a DeepSpeed config dict or the path of a JSON file. Batch
+                sizes, clipping and the optimizer stay DAPO's settings and must not be set
+                there. None: plain PyTorch (DDP with several learners).
             policy_loss: Policy loss, by name in `core_algos`' registry: "ppo_clip" (PPO's
                 clipped ratio with the decoupled bounds below; DAPO, GRPO), a name
                 registered with `core_algos.register_policy_loss`, or "module:function".
@@ -276,7 +292,7 @@ class DAPOConfig(AlgorithmConfig):
 
         return RLModuleSpec(
             module_class=CausalLMRLModule,
-            model_config={"model_path": self.model_path, "dtype": self.model_dtype, "temperature": self.temperature},
+            model_config={"model_path": self.model_path, "dtype": self.model_dtype, "temperature": self.temperature, "gradient_checkpointing": self.gradient_checkpointing},
         )
 
     def get_default_learner_class(self):
@@ -294,12 +310,26 @@ class DAPOConfig(AlgorithmConfig):
         pipeline.append(PadTokenBatch(pad_token_id=0 if pad_token_id is None else pad_token_id, overlong_filtering=self.overlong_filtering))
         pipeline.append(GroupAdvantages(estimator=self.adv_estimator))
         pipeline.append(NumpyToTensor(as_learner_connector=True, device=device))
-        pipeline.append(RecomputeOldLogProbs(micro_batch_size=self.log_prob_micro_batch_size))
+        if self.recomputes_old_logp:
+            pipeline.append(RecomputeOldLogProbs(max_tokens=self.micro_batch_token_budget))
         return pipeline
 
     @property
     def minibatch_size_sequences(self) -> int:
         return self.minibatch_size_prompts * self.group_size
+
+    @property
+    def micro_batch_token_budget(self) -> int:
+        """`max_tokens_per_micro_batch`, or its default."""
+        if self.max_tokens_per_micro_batch is not None:
+            return self.max_tokens_per_micro_batch
+        return max(16384, 2 * (self.max_prompt_length + self.max_response_length))
+
+    @property
+    def recomputes_old_logp(self) -> bool:
+        """False when every batch gets exactly one optimizer step: the old log-probs are then the
+        current ones, and the learner takes them from its own forward pass (ratio 1)."""
+        return self.num_epochs > 1 or self.minibatch_size_prompts < self.train_batch_size_prompts
 
     def validate(self) -> None:
         super().validate()
@@ -333,7 +363,7 @@ class DAPOConfig(AlgorithmConfig):
         need(self.clip_eps_high >= 0, f"clip_eps_high={self.clip_eps_high} must be >= 0")
         need(self.clip_ratio_c is None or self.clip_ratio_c > 1, f"clip_ratio_c={self.clip_ratio_c} must be > 1 (or None to turn dual clip off)")
         need(self.group_size >= 2, f"group_size={self.group_size} must be >= 2: a group of one has zero advantage")
-        for name in ("train_batch_size_prompts", "gen_batch_size_prompts", "max_num_gen_batches", "minibatch_size_prompts", "log_prob_micro_batch_size", "max_prompt_length", "max_response_length", "eval_num_samples"):
+        for name in ("train_batch_size_prompts", "gen_batch_size_prompts", "max_num_gen_batches", "minibatch_size_prompts", "max_prompt_length", "max_response_length", "eval_num_samples"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name}={getattr(self, name)!r} must be a positive integer")
         need(self.train_batch_size_prompts % self.minibatch_size_prompts == 0, f"train_batch_size_prompts={self.train_batch_size_prompts} must be a multiple of minibatch_size_prompts={self.minibatch_size_prompts}")
         need(self.filter_metric in FILTER_METRICS, f"filter_metric={self.filter_metric!r}; expected one of {sorted(FILTER_METRICS)}")
@@ -352,9 +382,20 @@ class DAPOConfig(AlgorithmConfig):
         need(self.lr_warmup_steps >= 0 and self.weight_decay >= 0, f"lr_warmup_steps={self.lr_warmup_steps} and weight_decay={self.weight_decay} must be >= 0")
         need(self.model_dtype in ("float32", "bfloat16", "float16"), f"model_dtype={self.model_dtype!r}; expected float32, bfloat16 or float16")
         need(
-            self.num_learners <= 1,
-            f"num_learners={self.num_learners}: DAPO runs one learner for now (groups must be sharded whole across data-parallel learners, which is not built yet)",
+            self.max_tokens_per_micro_batch is None or (isinstance(self.max_tokens_per_micro_batch, int) and self.max_tokens_per_micro_batch >= self.max_prompt_length + self.max_response_length),
+            f"max_tokens_per_micro_batch={self.max_tokens_per_micro_batch!r} must hold the longest possible sequence: at least max_prompt_length + max_response_length = {self.max_prompt_length + self.max_response_length} (or None for the default)",
         )
+        need(
+            self.num_learners <= 1 or self.minibatch_size_prompts % self.num_learners == 0,
+            f"num_learners={self.num_learners}: every learner takes whole groups, so minibatch_size_prompts={self.minibatch_size_prompts} (groups per optimizer step) must be a multiple of num_learners",
+        )
+        if self.deepspeed_config is not None:
+            from dapo_rllib.deepspeed_learner import load_deepspeed_config
+
+            try:
+                load_deepspeed_config(self.deepspeed_config)
+            except (ValueError, OSError) as error:
+                self._value_error(f"deepspeed_config: {error}")
         need(self.env_runner_cls is not None and hasattr(self.env_runner_cls, "evaluate"), f"env_runner_cls={self.env_runner_cls} must be a VLLMEnvRunner (subclass)")
 
 
@@ -396,14 +437,12 @@ class DAPO(Algorithm):
         # RLlib's timers, per step (window 1) rather than smoothed: DAPO's steps differ a lot.
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER), reduce="mean", window=1):
             groups = self._collect_groups()
-        episodes = [ep for group in groups for ep in group]
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1):
             results = self.learner_group.update(
-                episodes=episodes,
+                **learner_data(groups, 1 if self.learner_group.is_local else len(self.learner_group), cfg),
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
                 num_epochs=cfg.num_epochs,
-                minibatch_size=min(cfg.minibatch_size_sequences, len(episodes)),
                 shuffle_batch_per_epoch=False,
             )
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
@@ -535,8 +574,8 @@ class DAPO(Algorithm):
     def _partial_batch_or_raise(self, kept: list, generated: list, rounds: int) -> list:
         cfg = self.config
         fraction = len(kept) / max(len(generated), 1)
-        whole = (len(kept) // cfg.minibatch_size_prompts) * cfg.minibatch_size_prompts or len(kept)
-        if not cfg.train_on_partial_batch or not kept:
+        whole = (len(kept) // cfg.minibatch_size_prompts) * cfg.minibatch_size_prompts or len(kept) - len(kept) % max(cfg.num_learners, 1)
+        if not cfg.train_on_partial_batch or not whole:
             raise RuntimeError(
                 f"Dynamic sampling collected {len(kept)} of train_batch_size_prompts="
                 f"{cfg.train_batch_size_prompts} informative groups in max_num_gen_batches="
@@ -576,6 +615,29 @@ class DAPO(Algorithm):
 def _sample_and_report(env_runner, num_prompts: int):
     episodes = env_runner.sample(num_prompts=num_prompts)
     return episodes, env_runner.get_metrics(), env_runner.last_sample_timing
+
+
+def learner_data(groups: list[list], num_learners: int, cfg: DAPOConfig) -> dict[str, Any]:
+    """`LearnerGroup.update` arguments that give each learner whole groups.
+
+    RLlib's own episode sharding balances by length and splits groups, which would change their
+    advantages; object refs are dealt out contiguously, one shard per learner. Each learner's
+    mini-batch is its share of `minibatch_size_prompts` groups, and all run the same number of
+    mini-batches (their gradient sums must meet once per optimizer step).
+    """
+    if num_learners == 1:
+        episodes = [ep for group in groups for ep in group]
+        return {"episodes": episodes, "minibatch_size": min(cfg.minibatch_size_sequences, len(episodes))}
+    if len(groups) % num_learners:
+        raise ValueError(f"{len(groups)} groups cannot be shared whole by num_learners={num_learners}")
+    per_learner = len(groups) // num_learners
+    shards = [[ep for group in groups[i * per_learner : (i + 1) * per_learner] for ep in group] for i in range(num_learners)]
+    minibatch_prompts = min(cfg.minibatch_size_prompts, len(groups)) // num_learners
+    return {
+        "episodes_refs": [ray.put(shard) for shard in shards],
+        "minibatch_size": minibatch_prompts * cfg.group_size,
+        "num_total_minibatches": -(-per_learner // minibatch_prompts) * cfg.num_epochs,
+    }
 
 
 def group_episodes(episodes: list) -> list[list]:

@@ -1,8 +1,10 @@
 """DAPOTorchLearner: the DAPO loss, AdamW, warmup schedule and gradient safety on RLlib's TorchLearner.
 
 One `update()` call is one DAPO training step; RLlib's mini-batch iterator runs one optimizer
-step per mini-batch of `minibatch_size_prompts * group_size` sequences. The loss is computed by
-`core_algos.compute_policy_loss`; this class only feeds it and logs.
+step per mini-batch of `minibatch_size_prompts * group_size` sequences, which this learner runs
+in micro-batches of at most `max_tokens_per_micro_batch` tokens (`micro_batching`), accumulating
+gradients. With several learners each holds whole groups and the gradients are summed once per
+step. The loss is computed by `core_algos`; this class only feeds it and logs.
 """
 
 from __future__ import annotations
@@ -10,17 +12,21 @@ from __future__ import annotations
 import copy
 import logging
 import math
+from collections import defaultdict
 
 import torch
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from dapo_rllib import core_algos
 from dapo_rllib.columns import Columns, Metrics
+from dapo_rllib.micro_batching import padding_fraction, plan_for_batch, take
 from dapo_rllib.rl_module import response_logprobs
 
 logger = logging.getLogger(__name__)
 
 TRAINING_STEPS = "num_training_steps"
+LOSS_TERMS = (Metrics.POLICY_LOSS, Metrics.KL_LOSS)  # summed over micro-batches; other metrics are token means
+LOSS_TOKENS = "_loss_tokens"  # the weight of those means
 
 
 class DAPOTorchLearner(TorchLearner):
@@ -28,6 +34,8 @@ class DAPOTorchLearner(TorchLearner):
         super().build()
         self._num_training_steps = 0
         self._skip_step = False
+        self._mini_batch_counts = None  # (loss tokens, sequences) of the mini-batch being run
+        self._piece_metrics = {}  # metrics of the last micro-batch's loss
         self._ref_models = {}
         if self.config.kl_coef > 0:
             # A frozen copy of the initial policy for the KL term.
@@ -63,34 +71,74 @@ class DAPOTorchLearner(TorchLearner):
         super().after_gradient_based_update(timesteps=timesteps)
         self._num_training_steps += 1
 
-    # ----- loss ----------------------------------------------------------------------------
-    def _global_count(self, count: torch.Tensor) -> torch.Tensor:
-        """A count over the whole mini-batch, divided by the learner count.
+    # ----- one optimizer step: micro-batches and gradient accumulation ---------------------
+    def _uncompiled_update(self, batch: dict, **kwargs):
+        """One optimizer step on one mini-batch, run in token-budget micro-batches.
 
-        With several data-parallel learners DDP averages their gradients; dividing each
-        learner's sum by (global count / world size) makes that average the exact global
-        token mean (DAPO §2.3), never a mean of per-learner means.
+        RLlib's TorchLearner runs a mini-batch as one forward and one backward pass and has no
+        gradient accumulation; this (its update-sequencing hook) is the one place to add it.
+        Every micro-batch's loss is divided by the whole mini-batch's counts over all learners,
+        so the accumulated (and, with several learners, summed) gradient is that of the
+        mini-batch in one piece, and the reported loss and grad norm are the global step's.
         """
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            count = count.clone()
-            torch.distributed.all_reduce(count)
-            return count / torch.distributed.get_world_size()
-        return count
+        for module_id in batch:
+            for _, optimizer in self.get_optimizers_for_module(module_id):
+                optimizer.zero_grad(set_to_none=True)
+        losses = {module_id: self._accumulate_gradients(module_id, module_batch) for module_id, module_batch in batch.items()}
+        self.reduce_gradients()
+        gradients = {self.get_param_ref(p): p.grad for module_id in batch for p in self.get_parameters(self.module[module_id])}
+        self.apply_gradients(self.postprocess_gradients(gradients))
+        return {}, losses, {}
+
+    def _accumulate_gradients(self, module_id, batch: dict) -> torch.Tensor:
+        """Forward and backward of every micro-batch; returns the mini-batch's (global) loss."""
+        config = self.config.get_config_for_module(module_id)
+        module = self.module[module_id].unwrapped()
+        mask = batch[Columns.LOSS_MASK]
+        # The denominators of the whole mini-batch (DAPO §2.3: a token mean, not a mean of means).
+        self._mini_batch_counts = (self.all_reduce_sum(mask.sum()).clamp_min(1), self.all_reduce_sum((mask.sum(-1) > 0).sum().float()).clamp_min(1))
+        plan = plan_for_batch(batch, config.micro_batch_token_budget)
+        sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
+        try:
+            for micro_batch in plan:
+                piece = take(batch, micro_batch)
+                loss = self.compute_loss_for_module(module_id=module_id, config=config, batch=piece, fwd_out=module.forward_train(piece))
+                self.backward(loss)
+                weight = piece[Columns.LOSS_MASK].sum().double()
+                for key, value in self._piece_metrics.items():
+                    sums[key] += value.double() if key in LOSS_TERMS else value.double() * weight
+                sums[LOSS_TOKENS] += weight
+        finally:
+            self._mini_batch_counts = None
+        totals = dict(zip(sums, self.all_reduce_sum(torch.stack(list(sums.values()))).tolist()))
+        for key, value in totals.items():
+            if key != LOSS_TOKENS:
+                self.metrics.log_value((module_id, key), value if key in LOSS_TERMS else value / max(totals[LOSS_TOKENS], 1.0), reduce="mean")
+        self.metrics.log_value((module_id, Metrics.PADDING_FRACTION), padding_fraction(plan, batch), reduce="mean")
+        self.metrics.log_value((module_id, Metrics.MICRO_BATCHES), float(len(plan)), reduce="mean")
+        return torch.tensor(totals[Metrics.POLICY_LOSS] + config.kl_coef * totals.get(Metrics.KL_LOSS, 0.0))
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        """The loss of one micro-batch, divided by its mini-batch's counts (so the pieces sum up
+        to the mini-batch's loss). Its metrics go to `_piece_metrics`: loss terms as they are,
+        the rest as means over the piece's loss tokens."""
         mask = batch[Columns.LOSS_MASK]
+        # Called on its own (not from `_accumulate_gradients`), `batch` is the whole mini-batch.
+        num_tokens, num_seqs = self._mini_batch_counts or (None, None)
         logp = fwd_out[Columns.LOGP]
+        # One optimizer step per batch: the old policy is the current one (ratio 1), no recompute.
+        old_logp = batch[Columns.OLD_LOGP] if config.recomputes_old_logp else logp.detach()
         loss, metrics = core_algos.policy_loss_fn(config.policy_loss)(
             logp,
-            batch[Columns.OLD_LOGP],
+            old_logp,
             batch[Columns.ADVANTAGES],
             mask,
             clip_eps_low=config.clip_eps_low,
             clip_eps_high=config.clip_eps_high,
             clip_ratio_c=config.clip_ratio_c,
             loss_agg_mode=config.loss_agg_mode,
-            num_tokens=self._global_count(mask.sum()),
-            num_seqs=self._global_count((mask.sum(-1) > 0).sum().float()),
+            num_tokens=num_tokens,
+            num_seqs=num_seqs,
             loss_scale_factor=config.max_response_length,
         )
         metrics[Metrics.POLICY_LOSS] = loss.detach()
@@ -98,14 +146,44 @@ class DAPOTorchLearner(TorchLearner):
             with torch.no_grad():
                 ref_logp = response_logprobs(self._ref_models[module_id], batch, config.temperature)[Columns.LOGP]
             kl = core_algos.kl_penalty(logp, ref_logp, kind=config.kl_penalty)
-            kl_loss = core_algos.agg_loss(kl, mask, config.loss_agg_mode, loss_scale_factor=config.max_response_length)
+            kl_loss = core_algos.agg_loss(kl, mask, config.loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs, loss_scale_factor=config.max_response_length)
             loss = loss + config.kl_coef * kl_loss
             metrics[Metrics.KL_LOSS] = kl_loss.detach()
         metrics[Metrics.ENTROPY] = core_algos.masked_mean(fwd_out[Columns.ENTROPY].detach(), mask)
         metrics[Metrics.MEAN_TOKEN_PROB] = core_algos.masked_mean(logp.detach().exp(), mask)
-        for key, value in metrics.items():
-            self.metrics.log_value((module_id, key), value.item(), reduce="mean")
+        self._piece_metrics = metrics
         return loss
+
+    # ----- distributed pieces (overridden by the DeepSpeed learner) ------------------------
+    @staticmethod
+    def world_size() -> int:
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        return torch.distributed.get_world_size() if distributed else 1
+
+    def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        """`value` summed over all data-parallel learners."""
+        if self.world_size() == 1:
+            return value
+        value = value.clone()
+        torch.distributed.all_reduce(value)
+        return value
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def reduce_gradients(self) -> None:
+        """Sum the learners' accumulated gradients (each is its share of the global mean).
+
+        Done once per optimizer step rather than by DDP's hooks in every backward pass: the
+        learners may run different numbers of micro-batches.
+        """
+        if self.world_size() == 1:
+            return
+        for module_id in self.module.keys():
+            for param in self.get_parameters(self.module[module_id]):
+                if param.grad is None:
+                    param.grad = torch.zeros_like(param)
+                torch.distributed.all_reduce(param.grad)
 
     # ----- gradients -----------------------------------------------------------------------
     def postprocess_gradients_for_module(self, *, module_id, config=None, module_gradients_dict):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from dapo_rllib.columns import Columns
@@ -41,7 +42,8 @@ def load_causal_lm(model_path: str | Path, dtype: str = "float32"):
 
 
 class CausalLMRLModule(TorchRLModule):
-    """Wraps `AutoModelForCausalLM`; `model_config` carries `model_path`, `dtype`, `temperature`.
+    """Wraps `AutoModelForCausalLM`; `model_config` carries `model_path`, `dtype`, `temperature`
+    and `gradient_checkpointing`.
 
     `temperature` is the rollout sampling temperature: log-probabilities are those of the
     distribution vLLM sampled from, softmax(logits / temperature).
@@ -50,31 +52,68 @@ class CausalLMRLModule(TorchRLModule):
     def setup(self):
         self.model = load_causal_lm(self.model_config["model_path"], self.model_config.get("dtype", "float32"))
         self.temperature = float(self.model_config.get("temperature", 1.0))
+        if self.model_config.get("gradient_checkpointing", False):
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # Hugging Face checkpoints only in training mode (the model's dropout settings then
+            # apply; Qwen2.5's are 0).
+            self.model.train()
 
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         return response_logprobs(self.model, batch, self.temperature)
 
 
+# Logits of at most this many elements exist at once (256 MiB in float32): at Qwen2.5's
+# vocabulary of 151,936 that is ~440 response tokens per chunk.
+LOGITS_CHUNK_ELEMENTS = 2**26
+
+
 def response_logprobs(model, batch: dict[str, Any], temperature: float) -> dict[str, torch.Tensor]:
     """Per response token: log-prob of the sampled token and entropy, both [B, R].
 
-    Under softmax(logits / temperature), the distribution the sampler drew from.
+    Under softmax(logits / temperature), the distribution the sampler drew from. Memory-lean:
+    the decoder runs once, and the vocabulary projection only on real response tokens, in
+    chunks of `LOGITS_CHUNK_ELEMENTS` logits that are recomputed in the backward pass rather
+    than kept; no [tokens x vocab] log-softmax is materialised. The entropy is a metric and
+    keeps no graph. Padded positions get 0 in both outputs.
     """
     prompt, response = batch[Columns.OBS], batch[Columns.ACTIONS]
+    response_mask = batch[Columns.RESPONSE_MASK].bool()
     attention_mask = torch.cat([batch[Columns.PROMPT_MASK], batch[Columns.RESPONSE_MASK]], dim=1).long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    num_response = response.shape[1]
-    # Only the last R+1 positions are needed; the last one predicts past the response.
-    out = model(
+    hidden = model.get_decoder()(
         input_ids=torch.cat([prompt, response], dim=1),
         attention_mask=attention_mask,
         position_ids=position_ids,
-        logits_to_keep=num_response + 1,
         use_cache=False,
-    )
-    logits = out.logits[:, :-1].float() / temperature
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
-    return {Columns.LOGP: logp, Columns.ENTROPY: entropy_from_logits(logits)}
+    ).last_hidden_state
+    # The hidden state at position t predicts token t + 1: response token j is predicted at
+    # column P - 1 + j.
+    width_p, width_r = prompt.shape[1], response.shape[1]
+    hidden = hidden[:, width_p - 1 : width_p + width_r - 1][response_mask]
+    tokens = response[response_mask]
+    lm_head = model.get_output_embeddings()
+    chunk = max(1, LOGITS_CHUNK_ELEMENTS // lm_head.out_features)
+    recompute = torch.is_grad_enabled() and len(tokens) > chunk
+    pieces = [
+        checkpoint(_sampled_logp_and_entropy, lm_head, h, t, temperature, use_reentrant=False)
+        if recompute
+        else _sampled_logp_and_entropy(lm_head, h, t, temperature)
+        for h, t in zip(hidden.split(chunk), tokens.split(chunk))
+    ]
+    logp = torch.cat([p[0] for p in pieces]) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+    entropy = torch.cat([p[1] for p in pieces]) if pieces else logp.detach()
+    zeros = torch.zeros(response.shape, dtype=torch.float32, device=response.device)
+    return {Columns.LOGP: zeros.masked_scatter(response_mask, logp), Columns.ENTROPY: zeros.masked_scatter(response_mask, entropy)}
+
+
+def _sampled_logp_and_entropy(lm_head, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float):
+    """log softmax(logits / T)[token] via logsumexp and gather, and the entropy without a graph."""
+    logits = lm_head(hidden).float() / temperature
+    normalizer = logits.logsumexp(dim=-1)
+    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - normalizer
+    with torch.no_grad():
+        entropy = entropy_from_logits(logits)
+    return logp, entropy
 
 
 def hf_weights(module_state: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,99 @@
+"""One optimizer step of DAPOTorchLearner (or its DeepSpeed variant) on a fixed batch, in this
+process or in data-parallel worker processes: what tests/test_learner_equality.py compares.
+
+Kept out of the test module so that spawned workers can import it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+import dapo_rllib  # noqa: F401  (vLLM environment defaults)
+from dapo_rllib.columns import Columns, Metrics
+from dapo_rllib.dapo import DAPOConfig
+
+SPACES = {DEFAULT_MODULE_ID: (gym.spaces.Box(0, 1, (1,)), gym.spaces.Box(0, 1, (1,)))}
+MAX_PROMPT_LENGTH = 6
+MAX_RESPONSE_LENGTH = 10
+GROUP_SIZE = 4
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def build_learner(model_path: str, *, num_learners: int = 0, **training):
+    config = (
+        DAPOConfig()
+        .training(
+            model_path=model_path,
+            group_size=GROUP_SIZE,
+            max_prompt_length=MAX_PROMPT_LENGTH,
+            max_response_length=MAX_RESPONSE_LENGTH,
+            overlong_buffer_len=0,
+            lr=1e-3,
+            lr_warmup_steps=0,
+            grad_clip=None,
+            **training,
+        )
+        .learners(num_learners=num_learners)
+    )
+    config.validate()
+    return config.build_learner(spaces=SPACES)
+
+
+def uneven_batch(model_path: str, num_groups: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
+    """Groups of GROUP_SIZE responses of uneven lengths after prompts of uneven lengths;
+    old log-probs off the current ones by noise, so ratios differ from 1 and some clip."""
+    rng = np.random.default_rng(seed)
+    n = num_groups * GROUP_SIZE
+    prompt_lengths = rng.integers(2, MAX_PROMPT_LENGTH + 1, size=n)
+    response_lengths = rng.integers(1, MAX_RESPONSE_LENGTH + 1, size=n)
+    prompt_mask = (np.arange(MAX_PROMPT_LENGTH)[None] >= MAX_PROMPT_LENGTH - prompt_lengths[:, None]).astype(np.float32)
+    response_mask = (np.arange(MAX_RESPONSE_LENGTH)[None] < response_lengths[:, None]).astype(np.float32)
+    advantages = rng.normal(size=n).astype(np.float32)
+    batch = {
+        Columns.OBS: rng.integers(3, 40, size=(n, MAX_PROMPT_LENGTH)) * prompt_mask.astype(np.int64),
+        Columns.PROMPT_MASK: prompt_mask,
+        Columns.ACTIONS: rng.integers(3, 40, size=(n, MAX_RESPONSE_LENGTH)) * response_mask.astype(np.int64),
+        Columns.RESPONSE_MASK: response_mask,
+        Columns.LOSS_MASK: response_mask * (rng.random(n) > 0.15)[:, None],  # some overlong-filtered
+        Columns.ADVANTAGES: advantages[:, None] * response_mask,
+    }
+    learner = build_learner(model_path)
+    with torch.no_grad():
+        logp = learner.module[DEFAULT_MODULE_ID].forward_inference({k: torch.as_tensor(v) for k, v in batch.items()})[Columns.LOGP].numpy()
+    batch[Columns.OLD_LOGP] = (logp + rng.normal(scale=0.3, size=logp.shape) * response_mask).astype(np.float32)
+    return batch
+
+
+def one_step(learner, batch: dict[str, np.ndarray]) -> dict:
+    """Loss, grad norm and updated weights after one optimizer step on `batch` (one mini-batch)."""
+    n = len(batch[Columns.OBS])
+    samples = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(dict(batch))}, env_steps=n)
+    results = learner.update(batch=samples, timesteps={}, minibatch_size=n, num_epochs=1, shuffle_batch_per_epoch=False)[DEFAULT_MODULE_ID]
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    return {
+        "loss": float(results[Metrics.POLICY_LOSS].peek()),
+        "grad_norm": float(results[Metrics.GRAD_NORM].peek()),
+        "micro_batches": float(results[Metrics.MICRO_BATCHES].peek()),
+        "weights": {name: p.detach().clone() for name, p in module.model.named_parameters()},
+        # The step's gradients stay on the parameters until the next step zeroes them.
+        "grads": {name: p.grad.detach().clone() for name, p in module.model.named_parameters() if p.grad is not None},
+    }
+
+
+def data_parallel_worker(rank: int, world_size: int, port: int, model_path: str, batch: dict, runs: list[dict], out_dir: str) -> None:
+    """Rank `rank` of `world_size` learners: one step per entry of `runs` on its contiguous
+    share of whole groups; rank 0 saves the results as out_dir/results.pt."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
+    rows = len(batch[Columns.OBS]) // world_size
+    share = {k: v[rank * rows : (rank + 1) * rows] for k, v in batch.items()}
+    results = [one_step(build_learner(model_path, num_learners=world_size, **settings), share) for settings in runs]
+    if rank == 0:
+        torch.save(results, os.path.join(out_dir, "results.pt"))
+    torch.distributed.destroy_process_group()

@@ -1,0 +1,86 @@
+"""Proof by equality: one optimizer step on the same uneven batch gives the same loss, grad norm
+and updated weights whether the mini-batch runs in one piece, in micro-batches of a small token
+budget, or on two data-parallel learners (DDP), for every loss aggregation mode."""
+
+import multiprocessing
+import socket
+
+import pytest
+import torch
+
+from learner_equality import LOSS_AGG_MODES, build_learner, data_parallel_worker, one_step, uneven_batch
+
+# One Adam step moves a weight by lr * g / (|g| + eps) (lr = 1e-3): about lr, whatever the size
+# of g. Where g is at the level of float noise (k_proj's bias gets a zero gradient in exact
+# arithmetic: softmax ignores a constant added to every key), its sign and so the step are
+# noise; elsewhere the weights must agree to 1% of a step.
+WEIGHT_ATOL = 1e-5
+NOISE_GRAD = 1e-5  # times the gradient norm
+
+
+def assert_same_step(result, reference):
+    assert result["loss"] == pytest.approx(reference["loss"], rel=1e-5, abs=1e-7)
+    assert result["grad_norm"] == pytest.approx(reference["grad_norm"], rel=1e-5)
+    noise = NOISE_GRAD * reference["grad_norm"]
+    for name, grad in reference["grads"].items():
+        if "grads" in result:
+            torch.testing.assert_close(result["grads"][name], grad, atol=noise, rtol=1e-4, msg=lambda m: f"grad of {name}: {m}")
+        decisive = grad.abs() > noise
+        torch.testing.assert_close(result["weights"][name][decisive], reference["weights"][name][decisive], atol=WEIGHT_ATOL, rtol=0, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_model_path):
+    return uneven_batch(str(tiny_model_path))
+
+
+@pytest.fixture(scope="module")
+def whole(tiny_model_path, batch):
+    """The reference: each loss mode's step with the mini-batch in one piece."""
+    return {mode: one_step(build_learner(str(tiny_model_path), loss_agg_mode=mode), batch) for mode in LOSS_AGG_MODES}
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_micro_batches_of_a_small_token_budget_give_the_same_step(tiny_model_path, batch, whole, mode):
+    # 16 tokens: one or two sequences per forward pass.
+    learner = build_learner(str(tiny_model_path), loss_agg_mode=mode, max_tokens_per_micro_batch=16)
+    result = one_step(learner, batch)
+    assert result["micro_batches"] >= 8 and whole[mode]["micro_batches"] == 1
+    assert_same_step(result, whole[mode])
+
+
+def test_the_reference_step_trains_and_differs_between_modes(whole):
+    # The comparisons above are not between trivially equal numbers.
+    losses = {mode: r["loss"] for mode, r in whole.items()}
+    assert len({round(v, 6) for v in losses.values()}) == len(LOSS_AGG_MODES), losses
+    assert all(r["grad_norm"] > 0 for r in whole.values())
+    # Most weights get a gradient above the noise level that the weight comparisons skip.
+    for r in whole.values():
+        grads = torch.cat([g.flatten() for g in r["grads"].values()])
+        assert (grads.abs() > NOISE_GRAD * r["grad_norm"]).float().mean() > 0.8
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_data_parallel(model_path, batch, runs, tmp_path, world_size=2):
+    ctx = multiprocessing.get_context("spawn")
+    port = free_port()
+    workers = [ctx.Process(target=data_parallel_worker, args=(rank, world_size, port, model_path, batch, runs, str(tmp_path))) for rank in range(world_size)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=600)
+    assert all(w.exitcode == 0 for w in workers), [w.exitcode for w in workers]
+    return torch.load(tmp_path / "results.pt")
+
+
+def test_two_ddp_learners_give_the_same_step_in_every_mode(tiny_model_path, batch, whole, tmp_path):
+    # Each learner holds 2 of the 4 groups and cuts them into micro-batches of its own.
+    runs = [dict(loss_agg_mode=mode, max_tokens_per_micro_batch=24) for mode in LOSS_AGG_MODES]
+    results = run_data_parallel(str(tiny_model_path), batch, runs, tmp_path)
+    for mode, result in zip(LOSS_AGG_MODES, results):
+        assert_same_step(result, whole[mode])
