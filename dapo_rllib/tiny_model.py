@@ -219,10 +219,9 @@ def build_tiny_model(
 ) -> Path:
     """Build tokenizer + Qwen2 model, warm-start it and `save_pretrained` it to `output_dir`.
 
-    Written to a temporary sibling directory first and renamed at the end, so a crashed or
-    concurrent build never leaves a half-written model behind.
+    Written atomically (see `_save`).
     """
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     recipe = _recipe(task)
     output_dir = Path(output_dir)
@@ -251,6 +250,14 @@ def build_tiny_model(
     print(f"[tiny model] building a {n_params / 1e6:.2f}M-parameter Qwen2 for {task} into {output_dir}", flush=True)
     _warm_start(recipe, model, tokenizer, steps=sft_steps, batch_size=batch_size, lr=lr, seed=seed)
 
+    return _save(model, tokenizer, output_dir)
+
+
+def _save(model, tokenizer, output_dir: Path) -> Path:
+    """`save_pretrained` model and tokenizer into a temporary sibling directory, renamed at the
+    end, so a crashed or concurrent build never leaves a half-written model behind."""
+    from transformers import GenerationConfig
+
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=output_dir.name + ".", dir=output_dir.parent))
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
@@ -261,6 +268,33 @@ def build_tiny_model(
     except OSError:  # another process finished first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
     return output_dir
+
+
+def build_random_model(output_dir: str | os.PathLike, shape: dict, tokenizer_path: str | os.PathLike, *, seed: int = 0) -> Path:
+    """A Qwen2 of the given shape with random weights and the tokenizer of `tokenizer_path`.
+
+    For measuring scale without downloading a checkpoint: e.g. Qwen2.5-0.5B's shape (hidden 896,
+    24 layers, vocabulary 151,936) with the tiny tokenizer. `shape` holds Qwen2Config fields.
+    Cached: an existing `output_dir` with a config.json is returned as is.
+    """
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    output_dir = Path(output_dir)
+    if (output_dir / "config.json").exists():
+        return output_dir
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
+    if shape.get("vocab_size", len(tokenizer)) < len(tokenizer):
+        raise ValueError(f"vocab_size={shape['vocab_size']} is smaller than the tokenizer's {len(tokenizer)} tokens")
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        **({"vocab_size": len(tokenizer), "tie_word_embeddings": True, "max_position_embeddings": 4096} | shape),
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    print(f"[model] building a random {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M-parameter Qwen2 into {output_dir}", flush=True)
+    return _save(model, tokenizer, output_dir)
 
 
 def ensure_tiny_model(path: str | os.PathLike | None = None, *, task: str = "arithmetic", **build_kwargs) -> Path:

@@ -49,11 +49,31 @@ def test_training_sets_dapo_and_rllib_settings(model_dir):
         ({"policy_loss": "ppo"}, "policy_loss='ppo': unknown policy_loss 'ppo'; valid policy losses: ppo_clip"),
         ({"adv_estimator": "no_such_module:f"}, "adv_estimator='no_such_module:f': No module named 'no_such_module'"),
         ({"max_num_gen_batches": 0}, "max_num_gen_batches=0"),
+        ({"max_tokens_per_micro_batch": 1000}, "max_tokens_per_micro_batch=1000 must hold the longest possible sequence: at least max_prompt_length [+] max_response_length = 22528"),
     ],
 )
 def test_validate_names_the_bad_setting(model_dir, setting, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         DAPOConfig().training(model_path=model_dir, **setting).validate()
+
+
+def test_more_learners_than_groups_per_optimizer_step_is_a_clear_error(model_dir):
+    config = DAPOConfig().training(model_path=model_dir, train_batch_size_prompts=8, minibatch_size_prompts=2).learners(num_learners=4)
+    with pytest.raises(ValueError, match="num_learners=4: every learner takes whole groups, so minibatch_size_prompts=2"):
+        config.validate()
+    config.training(minibatch_size_prompts=4).validate()
+
+
+def test_micro_batch_budget_default_holds_two_longest_sequences(model_dir):
+    assert DAPOConfig().micro_batch_token_budget == 2 * (2048 + 20480)
+    assert DAPOConfig().training(max_prompt_length=64, max_response_length=32).micro_batch_token_budget == 16384
+    assert DAPOConfig().training(max_tokens_per_micro_batch=30000).micro_batch_token_budget == 30000
+
+
+def test_old_log_probs_are_recomputed_only_when_a_batch_gets_several_optimizer_steps():
+    assert DAPOConfig().recomputes_old_logp  # 512 prompts in mini-batches of 32
+    assert not DAPOConfig().training(minibatch_size_prompts=512).recomputes_old_logp
+    assert DAPOConfig().training(minibatch_size_prompts=512, num_epochs=2).recomputes_old_logp
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):

@@ -1,0 +1,209 @@
+"""The learner at scale: DAPO steps on real model shapes, with time, memory and padding (a benchmark).
+
+    python bench/scale.py [--workload qwen2.5-0.5b-shape|25m|all] [--steps 3] [--json PATH] [--smoke]
+
+Each workload builds its model locally with random weights (no download: the tokenizer is the
+tiny one, the vocabulary the real size), runs DAPO steps on the arithmetic task with one vLLM
+env runner and the learner in this process, and reports per workload:
+
+    num_parameters, vocab_size
+    step_s, generation_s, old_logp_s, update_s, weight_sync_s   mean over the steps after the first
+    peak_rss_learner_gb, peak_rss_env_runner_gb                   peak resident memory per process
+    padding_fraction       padded / all token positions of the learner's forward passes
+    framework_overhead     one DAPO update / a bare PyTorch forward + backward + AdamW step over
+                           the same micro-batches, in the same process
+
+Random weights score 0 on every problem, so dynamic sampling is off (every group is trained).
+`--smoke` (CI) runs one step of a small shape, so the benchmark cannot rot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+import torch
+
+import dapo_rllib  # noqa: F401  (registers DAPO; vLLM's environment defaults)
+from dapo_rllib.columns import Metrics, tag
+from dapo_rllib.dapo import DAPOConfig
+from dapo_rllib.micro_batching import plan_micro_batches
+from dapo_rllib.tensorboard import readable_scalars
+from dapo_rllib.tiny_model import build_random_model, default_cache_dir, ensure_tiny_model
+
+
+@dataclass(frozen=True)
+class Workload:
+    shape: dict  # Qwen2Config fields
+    prompts: int
+    group_size: int
+    max_response_length: int
+    max_tokens_per_micro_batch: int
+    gradient_checkpointing: bool
+    settings: dict = field(default_factory=dict)
+
+
+QWEN2_5_0_5B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936)
+WORKLOADS = {
+    # A 25M-parameter Qwen2 with the tiny vocabulary: 16 prompts x 8 x up to 256 tokens.
+    "25m": Workload(
+        dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2),
+        prompts=16, group_size=8, max_response_length=256, max_tokens_per_micro_batch=4096, gradient_checkpointing=False,
+    ),
+    # Qwen2.5-0.5B's shape: 494M parameters, the real vocabulary. 4 prompts x 4 x 64 tokens.
+    "qwen2.5-0.5b-shape": Workload(QWEN2_5_0_5B, prompts=4, group_size=4, max_response_length=64, max_tokens_per_micro_batch=1024, gradient_checkpointing=True),
+}
+SMOKE = Workload(
+    dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
+    prompts=2, group_size=4, max_response_length=32, max_tokens_per_micro_batch=256, gradient_checkpointing=True,
+)
+PHASES = {
+    "generation_s": Metrics.GENERATION_S,
+    "old_logp_s": Metrics.OLD_LOG_PROBS_S,
+    "update_s": Metrics.UPDATE_S,
+    "weight_sync_s": Metrics.WEIGHT_SYNC_S,
+}
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def config_for(workload: Workload, model_path: Path) -> DAPOConfig:
+    return (
+        DAPOConfig()
+        .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
+        .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
+        .evaluation(val_before_train=False)
+        .training(
+            model_path=str(model_path),
+            group_size=workload.group_size,
+            train_batch_size_prompts=workload.prompts,
+            gen_batch_size_prompts=workload.prompts,
+            minibatch_size_prompts=workload.prompts,
+            dynamic_sampling=False,
+            max_prompt_length=128,
+            max_response_length=workload.max_response_length,
+            overlong_buffer_len=0,
+            max_tokens_per_micro_batch=workload.max_tokens_per_micro_batch,
+            gradient_checkpointing=workload.gradient_checkpointing,
+            lr=1e-6,
+            lr_warmup_steps=0,
+            **workload.settings,
+        )
+        .debugging(seed=0)
+    )
+
+
+def bare_step_s(model_path: Path, sequences: list[tuple[list[int], list[int]]], max_tokens: int, gradient_checkpointing: bool) -> float:
+    """A bare PyTorch step over the learner's micro-batches: forward, the sampled tokens'
+    log-probs (logsumexp and gather), backward, AdamW. No RLlib, no connectors, no metrics."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    plan = plan_micro_batches(torch.tensor([len(p) for p, _ in sequences]), torch.tensor([len(r) for _, r in sequences]), max_tokens)
+    num_tokens = sum(len(r) for _, r in sequences)
+    start = time.perf_counter()
+    for micro_batch in plan:
+        rows = [sequences[i] for i in micro_batch.rows.tolist()]
+        width_p, width_r = micro_batch.prompt_width, micro_batch.response_width
+        ids = torch.zeros(len(rows), width_p + width_r, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for j, (p, r) in enumerate(rows):
+            ids[j, width_p - len(p) : width_p + len(r)] = torch.tensor(p + r)
+            mask[j, width_p - len(p) : width_p + len(r)] = 1
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), logits_to_keep=width_r + 1, use_cache=False).logits[:, :-1].float()
+        response = ids[:, width_p:]
+        logp = logits.gather(-1, response.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+        (-(logp * mask[:, width_p:]).sum() / num_tokens).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def run_workload(name: str, workload: Workload, steps: int) -> dict:
+    tokenizer_path = ensure_tiny_model()
+    model_path = build_random_model(default_cache_dir() / f"random-qwen2-{name}", workload.shape, tokenizer_path)
+    config = config_for(workload, model_path)
+    algo = config.build_algo()
+    rows = []
+    for step in range(1, steps + 1):
+        start = time.perf_counter()
+        scalars = readable_scalars(algo.train())
+        row = {"step_s": time.perf_counter() - start} | {key: scalars.get(tag(Metrics.TIMING, metric), 0.0) for key, metric in PHASES.items()}
+        row["padding_fraction"] = scalars[tag(Metrics.LEARNER, Metrics.PADDING_FRACTION)]
+        rows.append(row)
+        print(f"[{name}] step {step}: " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()), flush=True)
+    measured = rows[1:] or rows  # the first step includes warm-up
+    figures = {key: statistics.mean(r[key] for r in measured) for key in rows[0]}
+
+    # One more batch, timed as a learner update and as a bare PyTorch step on the same sequences.
+    episodes = [ep for shard in algo.env_runner_group.foreach_env_runner(lambda r: r.sample(num_prompts=workload.prompts), local_env_runner=False) for ep in shard]
+    start = time.perf_counter()
+    algo.learner_group.update(episodes=episodes, minibatch_size=len(episodes), num_epochs=1, shuffle_batch_per_epoch=False, timesteps={})
+    update_s = time.perf_counter() - start
+    peak_env_runner = max(algo.env_runner_group.foreach_env_runner(lambda r: peak_rss_gb(), local_env_runner=False))
+    peak_learner = peak_rss_gb()
+    sequences = [(list(ep.get_observations(0)), list(ep.get_actions(0))) for ep in episodes]
+    algo.stop()
+    bare_s = bare_step_s(model_path, sequences, workload.max_tokens_per_micro_batch, workload.gradient_checkpointing)
+
+    with open(model_path / "config.json") as f:
+        vocab_size = json.load(f)["vocab_size"]
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        num_parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path)).parameters())
+    return {
+        "workload": name,
+        "num_parameters": num_parameters,
+        "vocab_size": vocab_size,
+        "prompts_x_group_x_max_tokens": f"{workload.prompts} x {workload.group_size} x {workload.max_response_length}",
+        "max_tokens_per_micro_batch": workload.max_tokens_per_micro_batch,
+        "gradient_checkpointing": workload.gradient_checkpointing,
+        "response_tokens": sum(len(r) for _, r in sequences),
+        **figures,
+        "peak_rss_learner_gb": peak_learner,
+        "peak_rss_env_runner_gb": peak_env_runner,
+        "update_once_s": update_s,
+        "bare_pytorch_step_s": bare_s,
+        "framework_overhead": update_s / bare_s,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--smoke", action="store_true", help="one step of a small shape (CI: the benchmark still runs)")
+    args = parser.parse_args()
+
+    ray.init(num_cpus=2, include_dashboard=False)
+    if args.smoke:
+        runs = {"smoke": (SMOKE, 1)}
+    else:
+        runs = {name: (w, args.steps) for name, w in WORKLOADS.items() if args.workload in (name, "all")}
+    # Peak RSS is a high-water mark of this process: the smaller workload runs first, and
+    # `--workload` gives each its own process.
+    results = [run_workload(name, workload, steps) for name, (workload, steps) in runs.items()]
+    ray.shutdown()
+    for result in results:
+        print(json.dumps(result, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(results if len(results) > 1 else results[0], indent=1))
+        print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
