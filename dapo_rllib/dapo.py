@@ -296,9 +296,25 @@ class DAPOConfig(AlgorithmConfig):
         )
 
     def get_default_learner_class(self):
+        if self.deepspeed_config is not None:
+            from dapo_rllib.deepspeed_learner import DAPODeepSpeedLearner
+
+            return DAPODeepSpeedLearner
         from dapo_rllib.learner import DAPOTorchLearner
 
         return DAPOTorchLearner
+
+    def build_learner_group(self, *, env=None, spaces=None, rl_module_spec=None, placement_group=None):
+        """RLlib's LearnerGroup; under DeepSpeed one that reads state from all learners at once."""
+        if self.deepspeed_config is None:
+            return super().build_learner_group(env=env, spaces=spaces, rl_module_spec=rl_module_spec, placement_group=placement_group)
+        from dapo_rllib.deepspeed_learner import DeepSpeedLearnerGroup
+
+        return DeepSpeedLearnerGroup(
+            config=self.copy(),
+            module_spec=rl_module_spec or self.get_multi_rl_module_spec(env=env, spaces=spaces),
+            placement_group=placement_group,
+        )
 
 
     def build_learner_connector(self, input_observation_space, input_action_space, device=None):
@@ -390,12 +406,13 @@ class DAPOConfig(AlgorithmConfig):
             f"num_learners={self.num_learners}: every learner takes whole groups, so minibatch_size_prompts={self.minibatch_size_prompts} (groups per optimizer step) must be a multiple of num_learners",
         )
         if self.deepspeed_config is not None:
-            from dapo_rllib.deepspeed_learner import load_deepspeed_config
+            from dapo_rllib.deepspeed_learner import engine_config, load_deepspeed_config
 
             try:
-                load_deepspeed_config(self.deepspeed_config)
+                engine_config(load_deepspeed_config(self.deepspeed_config), grad_clip=self.grad_clip, model_dtype=self.model_dtype)
             except (ValueError, OSError) as error:
-                self._value_error(f"deepspeed_config: {error}")
+                self._value_error(f"deepspeed_config={self.deepspeed_config!r}: {error}")
+            need(self.grad_clip_by == "global_norm", f"grad_clip_by={self.grad_clip_by!r}: under DeepSpeed gradients are clipped by their global norm only")
         need(self.env_runner_cls is not None and hasattr(self.env_runner_cls, "evaluate"), f"env_runner_cls={self.env_runner_cls} must be a VLLMEnvRunner (subclass)")
 
 

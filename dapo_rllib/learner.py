@@ -85,9 +85,7 @@ class DAPOTorchLearner(TorchLearner):
             for _, optimizer in self.get_optimizers_for_module(module_id):
                 optimizer.zero_grad(set_to_none=True)
         losses = {module_id: self._accumulate_gradients(module_id, module_batch) for module_id, module_batch in batch.items()}
-        self.reduce_gradients()
-        gradients = {self.get_param_ref(p): p.grad for module_id in batch for p in self.get_parameters(self.module[module_id])}
-        self.apply_gradients(self.postprocess_gradients(gradients))
+        self.optimizer_step(list(batch))
         return {}, losses, {}
 
     def _accumulate_gradients(self, module_id, batch: dict) -> torch.Tensor:
@@ -99,11 +97,16 @@ class DAPOTorchLearner(TorchLearner):
         self._mini_batch_counts = (self.all_reduce_sum(mask.sum()).clamp_min(1), self.all_reduce_sum((mask.sum(-1) > 0).sum().float()).clamp_min(1))
         plan = plan_for_batch(batch, config.micro_batch_token_budget)
         sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
+        passes = self.num_forward_passes(len(plan))
         try:
-            for micro_batch in plan:
-                piece = take(batch, micro_batch)
+            for i in range(passes):
+                # Passes past this learner's own micro-batches repeat its last one with no weight.
+                piece = take(batch, plan[min(i, len(plan) - 1)])
                 loss = self.compute_loss_for_module(module_id=module_id, config=config, batch=piece, fwd_out=module.forward_train(piece))
-                self.backward(loss)
+                if i >= len(plan):
+                    self.backward(module_id, loss * 0.0, last=i == passes - 1)
+                    continue
+                self.backward(module_id, loss, last=i == passes - 1)
                 weight = piece[Columns.LOSS_MASK].sum().double()
                 for key, value in self._piece_metrics.items():
                     sums[key] += value.double() if key in LOSS_TERMS else value.double() * weight
@@ -168,8 +171,19 @@ class DAPOTorchLearner(TorchLearner):
         torch.distributed.all_reduce(value)
         return value
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def num_forward_passes(self, num_micro_batches: int) -> int:
+        """Forward/backward passes this learner runs for its `num_micro_batches`. Plain torch
+        needs no collective inside a pass, so every learner runs its own count."""
+        return num_micro_batches
+
+    def backward(self, module_id, loss: torch.Tensor, *, last: bool) -> None:
         loss.backward()
+
+    def optimizer_step(self, module_ids: list) -> None:
+        """Sum the learners' gradients, then RLlib's postprocessing (clipping) and step."""
+        self.reduce_gradients()
+        gradients = {self.get_param_ref(p): p.grad for module_id in module_ids for p in self.get_parameters(self.module[module_id])}
+        self.apply_gradients(self.postprocess_gradients(gradients))
 
     def reduce_gradients(self) -> None:
         """Sum the learners' accumulated gradients (each is its share of the global mean).

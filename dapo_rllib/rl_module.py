@@ -52,6 +52,7 @@ class CausalLMRLModule(TorchRLModule):
     def setup(self):
         self.model = load_causal_lm(self.model_config["model_path"], self.model_config.get("dtype", "float32"))
         self.temperature = float(self.model_config.get("temperature", 1.0))
+        self.forward_model = None  # see run_forward_with
         if self.model_config.get("gradient_checkpointing", False):
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             # Hugging Face checkpoints only in training mode (the model's dropout settings then
@@ -59,7 +60,13 @@ class CausalLMRLModule(TorchRLModule):
             self.model.train()
 
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
-        return response_logprobs(self.model, batch, self.temperature)
+        return response_logprobs(self.model if self.forward_model is None else self.forward_model, batch, self.temperature)
+
+    def run_forward_with(self, wrapper: torch.nn.Module) -> None:
+        """Run forward passes through `wrapper` (e.g. a DeepSpeed engine around `self.model`),
+        which must take the model's arguments. Kept out of the module's state and parameters:
+        `self.model` stays the Hugging Face model that checkpoints and weight sync read."""
+        object.__setattr__(self, "forward_model", wrapper)
 
 
 # Logits of at most this many elements exist at once (256 MiB in float32): at Qwen2.5's
@@ -80,12 +87,16 @@ def response_logprobs(model, batch: dict[str, Any], temperature: float) -> dict[
     response_mask = batch[Columns.RESPONSE_MASK].bool()
     attention_mask = torch.cat([batch[Columns.PROMPT_MASK], batch[Columns.RESPONSE_MASK]], dim=1).long()
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = model.get_decoder()(
+    # The model's own forward (a DeepSpeed engine must run it for its ZeRO bookkeeping), asked
+    # for the final (normed) hidden states and one position's logits instead of all of them.
+    hidden = model(
         input_ids=torch.cat([prompt, response], dim=1),
         attention_mask=attention_mask,
         position_ids=position_ids,
+        logits_to_keep=1,
+        output_hidden_states=True,
         use_cache=False,
-    ).last_hidden_state
+    ).hidden_states[-1]
     # The hidden state at position t predicts token t + 1: response token j is predicted at
     # column P - 1 + j.
     width_p, width_r = prompt.shape[1], response.shape[1]

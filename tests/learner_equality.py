@@ -71,19 +71,20 @@ def uneven_batch(model_path: str, num_groups: int = 4, seed: int = 0) -> dict[st
 
 
 def one_step(learner, batch: dict[str, np.ndarray]) -> dict:
-    """Loss, grad norm and updated weights after one optimizer step on `batch` (one mini-batch)."""
+    """Loss, grad norm, updated weights and (without DeepSpeed) gradients after one optimizer
+    step on `batch` (one mini-batch)."""
     n = len(batch[Columns.OBS])
     samples = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(dict(batch))}, env_steps=n)
     results = learner.update(batch=samples, timesteps={}, minibatch_size=n, num_epochs=1, shuffle_batch_per_epoch=False)[DEFAULT_MODULE_ID]
-    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
-    return {
-        "loss": float(results[Metrics.POLICY_LOSS].peek()),
-        "grad_norm": float(results[Metrics.GRAD_NORM].peek()),
-        "micro_batches": float(results[Metrics.MICRO_BATCHES].peek()),
-        "weights": {name: p.detach().clone() for name, p in module.model.named_parameters()},
-        # The step's gradients stay on the parameters until the next step zeroes them.
-        "grads": {name: p.grad.detach().clone() for name, p in module.model.named_parameters() if p.grad is not None},
-    }
+    out = {key: float(results[key].peek()) for key in (Metrics.POLICY_LOSS, Metrics.GRAD_NORM, Metrics.MICRO_BATCHES)}
+    # The whole parameters (gathered if ZeRO-3 shards them), as checkpoints and weight sync see them.
+    module_state = learner.get_state(components="rl_module")["rl_module"][DEFAULT_MODULE_ID]
+    out["weights"] = {k.removeprefix("model."): torch.as_tensor(v) for k, v in module_state.items()}
+    if learner.config.deepspeed_config is None:
+        # The step's gradients stay on the parameters until the next step zeroes them (ZeRO
+        # keeps its own, partitioned).
+        out["grads"] = {name: p.grad.detach().clone() for name, p in learner.module[DEFAULT_MODULE_ID].unwrapped().model.named_parameters()}
+    return out
 
 
 def data_parallel_worker(rank: int, world_size: int, port: int, model_path: str, batch: dict, runs: list[dict], out_dir: str) -> None:

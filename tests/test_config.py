@@ -92,6 +92,20 @@ def test_reference_32b_example_builds_and_validates(model_dir, monkeypatch):
     assert stop == {"training_iteration": 300}
     assert (config.group_size, config.train_batch_size_prompts, config.max_response_length, config.model_dtype) == (16, 512, 20480, "bfloat16")
     assert config.num_gpus_per_env_runner == 1
+    assert (config.num_learners, config.gradient_checkpointing, config.max_tokens_per_micro_batch) == (16, True, 22528)
+    assert config.deepspeed_config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+
+
+def test_7b_example_is_the_32b_recipe_on_one_node_with_zero3(model_dir, monkeypatch):
+    monkeypatch.setenv("DAPO_MODEL_PATH", model_dir)
+    reference, _ = load_example("qwen2_5_32b_dapo_math.py")
+    config, stop = load_example("qwen2_5_7b_dapo_math.py")
+    reference.validate()
+    config.validate()
+    changed = sorted(k for k, v in reference.to_dict().items() if config.to_dict()[k] != v)
+    assert changed == ["deepspeed_config", "gen_batch_size_prompts", "num_env_runners", "num_learners", "train_batch_size_prompts"]
+    assert config.deepspeed_config["zero_optimization"]["stage"] == 3 and config.gradient_checkpointing
+    assert config.minibatch_size_prompts % config.num_learners == 0 and stop == {"training_iteration": 300}
 
 
 def test_tiny_example_config_validates(tiny_model_path):

@@ -1,6 +1,7 @@
 """Proof by equality: one optimizer step on the same uneven batch gives the same loss, grad norm
 and updated weights whether the mini-batch runs in one piece, in micro-batches of a small token
-budget, or on two data-parallel learners (DDP), for every loss aggregation mode."""
+budget, or on two data-parallel learners (DDP, and DeepSpeed ZeRO-3), for every loss
+aggregation mode."""
 
 import multiprocessing
 import socket
@@ -8,6 +9,7 @@ import socket
 import pytest
 import torch
 
+from dapo_rllib.columns import Metrics
 from learner_equality import LOSS_AGG_MODES, build_learner, data_parallel_worker, one_step, uneven_batch
 
 # One Adam step moves a weight by lr * g / (|g| + eps) (lr = 1e-3): about lr, whatever the size
@@ -19,9 +21,9 @@ NOISE_GRAD = 1e-5  # times the gradient norm
 
 
 def assert_same_step(result, reference):
-    assert result["loss"] == pytest.approx(reference["loss"], rel=1e-5, abs=1e-7)
-    assert result["grad_norm"] == pytest.approx(reference["grad_norm"], rel=1e-5)
-    noise = NOISE_GRAD * reference["grad_norm"]
+    assert result[Metrics.POLICY_LOSS] == pytest.approx(reference[Metrics.POLICY_LOSS], rel=1e-5, abs=1e-7)
+    assert result[Metrics.GRAD_NORM] == pytest.approx(reference[Metrics.GRAD_NORM], rel=1e-5)
+    noise = NOISE_GRAD * reference[Metrics.GRAD_NORM]
     for name, grad in reference["grads"].items():
         if "grads" in result:
             torch.testing.assert_close(result["grads"][name], grad, atol=noise, rtol=1e-4, msg=lambda m: f"grad of {name}: {m}")
@@ -45,19 +47,19 @@ def test_micro_batches_of_a_small_token_budget_give_the_same_step(tiny_model_pat
     # 16 tokens: one or two sequences per forward pass.
     learner = build_learner(str(tiny_model_path), loss_agg_mode=mode, max_tokens_per_micro_batch=16)
     result = one_step(learner, batch)
-    assert result["micro_batches"] >= 8 and whole[mode]["micro_batches"] == 1
+    assert result[Metrics.MICRO_BATCHES] >= 8 and whole[mode][Metrics.MICRO_BATCHES] == 1
     assert_same_step(result, whole[mode])
 
 
 def test_the_reference_step_trains_and_differs_between_modes(whole):
     # The comparisons above are not between trivially equal numbers.
-    losses = {mode: r["loss"] for mode, r in whole.items()}
+    losses = {mode: r[Metrics.POLICY_LOSS] for mode, r in whole.items()}
     assert len({round(v, 6) for v in losses.values()}) == len(LOSS_AGG_MODES), losses
-    assert all(r["grad_norm"] > 0 for r in whole.values())
+    assert all(r[Metrics.GRAD_NORM] > 0 for r in whole.values())
     # Most weights get a gradient above the noise level that the weight comparisons skip.
     for r in whole.values():
         grads = torch.cat([g.flatten() for g in r["grads"].values()])
-        assert (grads.abs() > NOISE_GRAD * r["grad_norm"]).float().mean() > 0.8
+        assert (grads.abs() > NOISE_GRAD * r[Metrics.GRAD_NORM]).float().mean() > 0.8
 
 
 def free_port() -> int:
@@ -66,21 +68,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_data_parallel(model_path, batch, runs, tmp_path, world_size=2):
+def run_data_parallel(model_path, batch, runs, out_dir, world_size=2):
     ctx = multiprocessing.get_context("spawn")
     port = free_port()
-    workers = [ctx.Process(target=data_parallel_worker, args=(rank, world_size, port, model_path, batch, runs, str(tmp_path))) for rank in range(world_size)]
+    workers = [ctx.Process(target=data_parallel_worker, args=(rank, world_size, port, model_path, batch, runs, str(out_dir))) for rank in range(world_size)]
     for w in workers:
         w.start()
     for w in workers:
         w.join(timeout=600)
     assert all(w.exitcode == 0 for w in workers), [w.exitcode for w in workers]
-    return torch.load(tmp_path / "results.pt")
+    return torch.load(out_dir / "results.pt")
 
 
-def test_two_ddp_learners_give_the_same_step_in_every_mode(tiny_model_path, batch, whole, tmp_path):
-    # Each learner holds 2 of the 4 groups and cuts them into micro-batches of its own.
+ZERO3 = {"zero_optimization": {"stage": 3}}
+
+
+@pytest.fixture(scope="module")
+def two_learners(tiny_model_path, batch, tmp_path_factory):
+    """Each loss mode's step on two learners, each holding 2 of the 4 groups and cutting them
+    into micro-batches of its own: with DDP, then under DeepSpeed ZeRO-3 (one pair of worker
+    processes runs both)."""
     runs = [dict(loss_agg_mode=mode, max_tokens_per_micro_batch=24) for mode in LOSS_AGG_MODES]
-    results = run_data_parallel(str(tiny_model_path), batch, runs, tmp_path)
-    for mode, result in zip(LOSS_AGG_MODES, results):
-        assert_same_step(result, whole[mode])
+    runs += [dict(run, deepspeed_config=ZERO3) for run in runs]
+    results = run_data_parallel(str(tiny_model_path), batch, runs, tmp_path_factory.mktemp("two_learners"))
+    return {"ddp": dict(zip(LOSS_AGG_MODES, results[:4])), "zero3": dict(zip(LOSS_AGG_MODES, results[4:]))}
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_two_ddp_learners_give_the_same_step(two_learners, whole, mode):
+    assert_same_step(two_learners["ddp"][mode], whole[mode])
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_two_zero3_learners_give_the_same_step(two_learners, whole, mode):
+    assert_same_step(two_learners["zero3"][mode], whole[mode])

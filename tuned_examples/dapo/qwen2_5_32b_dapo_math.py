@@ -8,9 +8,14 @@ paths come from environment variables so that the file runs unchanged both ways:
     python tuned_examples/dapo/qwen2_5_32b_dapo_math.py --checkpoint-freq 10
     rllib train file tuned_examples/dapo/qwen2_5_32b_dapo_math.py --checkpoint-freq 10
 
-Every DAPO setting below is the paper's. Sharding a 32B learner over several GPUs (ZeRO-3 /
-FSDP) is not built yet: this config validates and documents the recipe, and runs as written
-once a sharded learner exists.
+Every DAPO setting below is the paper's. The scale settings assume (not run here; this
+project has measured its learner only on CPU, see the README's "Learner at scale"):
+
+- learners: 16 GPUs of 80 GB (two 8-GPU nodes), DeepSpeed ZeRO-3 with the AdamW state offloaded
+  to host memory (32B x 12 bytes of fp32 master weights and moments = 384 GB, 24 GB per learner
+  process), gradient checkpointing, micro-batches of one longest sequence (2048 + 20480 tokens);
+  each learner takes 2 of the 32 groups of an optimizer step.
+- env runners: 8 GPUs, one vLLM engine each holding the bf16 model (64 GB).
 """
 
 import os
@@ -31,7 +36,7 @@ config = (
         eval_top_p=0.7,
     )
     .env_runners(num_env_runners=8, num_gpus_per_env_runner=1)
-    .learners(num_learners=1, num_gpus_per_learner=1)
+    .learners(num_learners=16, num_gpus_per_learner=1)
     .training(
         model_path=os.environ.get("DAPO_MODEL_PATH", "/models/Qwen2.5-32B"),
         model_dtype="bfloat16",
@@ -43,6 +48,9 @@ config = (
         dynamic_sampling=True,
         filter_metric="acc",
         minibatch_size_prompts=32,
+        max_tokens_per_micro_batch=2048 + 20480,
+        gradient_checkpointing=True,
+        deepspeed_config={"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True}, "overlap_comm": True}},
         max_prompt_length=2048,
         max_response_length=20480,
         overlong_buffer_len=4096,

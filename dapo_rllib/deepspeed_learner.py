@@ -1,0 +1,226 @@
+"""DAPO's learner under DeepSpeed ZeRO: parameters, gradients and optimizer state sharded.
+
+RLlib's TorchLearner knows one device per learner and DDP (RLLIB_NOTES §2, §10.5); this learner
+hands DAPO's own model and AdamW to `deepspeed.initialize`, so ZeRO stage 2 (gradients and
+optimizer state sharded) or 3 (parameters too), with optional optimizer offload to host
+memory, trains the same loss. On CPU DeepSpeed runs with `DS_ACCELERATOR=cpu` and gloo.
+
+What stays DAPO's (a DeepSpeed config that sets these is refused, see `load_deepspeed_config`):
+batch sizes and accumulation (mini-batches of `minibatch_size_prompts` groups, micro-batches of
+`max_tokens_per_micro_batch` tokens), clipping (`grad_clip`), the optimizer and its schedule
+(AdamW, `lr`, `weight_decay`, `lr_warmup_steps`), and the precision (`model_dtype`).
+
+State: the module state is always the full parameters (ZeRO-3 gathers them), so weight sync,
+Hugging Face export and checkpoints see an ordinary model; the optimizer state stays sharded:
+each learner keeps its own shard, and `DeepSpeedLearnerGroup` collects the shards of all
+learners into the checkpoint and gives each its own back on restore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_OPTIMIZER
+from ray.rllib.core.learner.learner_group import LearnerGroup
+
+from dapo_rllib.columns import Metrics
+from dapo_rllib.learner import DAPOTorchLearner
+
+ZERO_OPTIMIZER_SHARDS = "zero_optimizer_shards"  # learner state: {rank: that rank's ZeRO optimizer state}
+
+# DeepSpeed settings DAPO owns, and the DAPO setting to use instead.
+DAPO_OWNED = {
+    "train_batch_size": "train_batch_size_prompts / minibatch_size_prompts",
+    "train_micro_batch_size_per_gpu": "max_tokens_per_micro_batch",
+    "gradient_accumulation_steps": "max_tokens_per_micro_batch (micro-batches per optimizer step follow from it)",
+    "gradient_clipping": "grad_clip",
+    "optimizer": "lr and weight_decay (DAPO's AdamW)",
+    "scheduler": "lr_warmup_steps",
+    "fp16": "model_dtype (float16 training with loss scaling is not supported)",
+}
+
+
+def load_deepspeed_config(value: dict | str | os.PathLike) -> dict:
+    """The user's DeepSpeed config (a dict or a JSON file), checked against DAPO's settings.
+
+    Raises:
+        ValueError: not a dict or JSON object, a setting DAPO owns, or a ZeRO stage other than 2 or 3.
+        OSError: the JSON file cannot be read.
+    """
+    if isinstance(value, (str, os.PathLike)):
+        text = Path(value).read_text()
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{str(value)!r} is not a JSON file: {error}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a dict or the path of a JSON file, got {type(value).__name__}")
+    for key, instead in DAPO_OWNED.items():
+        if key in value:
+            raise ValueError(f"{key!r} is DAPO's to set, not DeepSpeed's: use {instead}")
+    stage = value.get("zero_optimization", {}).get("stage")
+    if stage not in (2, 3):
+        raise ValueError(f"zero_optimization.stage={stage!r}; expected 2 or 3")
+    return value
+
+
+def engine_config(user_config: dict, *, grad_clip: float | None, model_dtype: str) -> dict:
+    """The config handed to `deepspeed.initialize`: the user's ZeRO settings plus DAPO's."""
+    bf16 = user_config.get("bf16", {}).get("enabled")
+    if bf16 is not None and bf16 != (model_dtype == "bfloat16"):
+        raise ValueError(f"deepspeed_config bf16.enabled={bf16} contradicts model_dtype={model_dtype!r}; leave bf16 out, it follows model_dtype")
+    return user_config | {
+        # One micro-batch per backward; DAPO decides where an optimizer step ends.
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": grad_clip or 0.0,
+        "bf16": {"enabled": model_dtype == "bfloat16"},
+        # The optimizer is DAPO's torch AdamW, also when its state is offloaded to host memory.
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 2**31 - 1,
+    }
+
+
+def init_single_process_group() -> None:
+    """A one-process gloo group for a local learner (`num_learners` 0 or 1): DeepSpeed needs
+    torch.distributed, which RLlib only starts for several learners."""
+    if torch.distributed.is_initialized():
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+class DAPODeepSpeedLearner(DAPOTorchLearner):
+    """DAPOTorchLearner with the model and AdamW wrapped by a DeepSpeed engine."""
+
+    def build(self) -> None:
+        if not torch.cuda.is_available():
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        import deepspeed
+
+        init_single_process_group()
+        # Each learner sees one device (RLlib's learner actors do not share GPUs): local rank 0.
+        os.environ.setdefault("LOCAL_RANK", "0")
+        os.environ.setdefault("RANK", str(torch.distributed.get_rank()))
+        os.environ.setdefault("WORLD_SIZE", str(torch.distributed.get_world_size()))
+        super().build()
+        self._engines = {}
+        for module_id in self.module.keys():
+            config = self.config.get_config_for_module(module_id)
+            ((_, optimizer),) = self.get_optimizers_for_module(module_id)
+            engine, *_ = deepspeed.initialize(
+                model=self.module[module_id].unwrapped().model,
+                optimizer=optimizer,
+                config=engine_config(load_deepspeed_config(config.deepspeed_config), grad_clip=config.grad_clip, model_dtype=config.model_dtype),
+            )
+            self.module[module_id].unwrapped().run_forward_with(engine)
+            self._engines[module_id] = engine
+
+    def _make_modules_ddp_if_necessary(self) -> None:
+        """No DDP wrapper: DeepSpeed does the data parallelism."""
+
+    @property
+    def zero_stage(self) -> int:
+        return next(iter(self._engines.values())).zero_optimization_stage()
+
+    # ----- the update: DeepSpeed's backward and step -----------------------------------------
+    def num_forward_passes(self, num_micro_batches: int) -> int:
+        """The most micro-batches of any learner: under ZeRO-3 every forward pass gathers
+        parameters from all learners, so all must run the same number of passes."""
+        count = torch.tensor(num_micro_batches)
+        if self.world_size() > 1:
+            torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MAX)
+        return int(count)
+
+    def backward(self, module_id, loss: torch.Tensor, *, last: bool) -> None:
+        engine = self._engines[module_id]
+        # The gradients are reduced across learners once, after the last pass of the step.
+        engine.set_gradient_accumulation_boundary(last)
+        # DeepSpeed averages the learners' gradients; DAPO's loss pieces are shares of the
+        # global sum, so scale them up by the learner count.
+        engine.backward(loss * self.world_size(), scale_wrt_gas=False)
+
+    def optimizer_step(self, module_ids: list) -> None:
+        """DeepSpeed's step: gradient clipping at `grad_clip`, and no step at all when the
+        gradient norm is not finite (counted in grad_steps_skipped)."""
+        for module_id in module_ids:
+            engine = self._engines[module_id]
+            skipped = engine.skipped_steps
+            engine.step()
+            skip = engine.skipped_steps > skipped
+            norm = engine.get_global_grad_norm()
+            self.metrics.log_value((module_id, Metrics.GRAD_NORM), float("nan") if skip or norm is None else float(norm), reduce="mean")
+            self.metrics.log_value((module_id, Metrics.GRAD_STEPS_SKIPPED), float(skip), reduce="sum")
+
+    # ----- state: full parameters, sharded optimizer -------------------------------------
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        """RLlib's learner state, with the full parameters (gathered under ZeRO-3; a collective:
+        every learner must call it, see `DeepSpeedLearnerGroup`) and, instead of the torch
+        optimizer's state, this learner's ZeRO optimizer shard."""
+        with self._full_parameters():
+            state = super().get_state(components, not_components=[*_as_list(not_components), COMPONENT_OPTIMIZER], **kwargs)
+        if self._check_component(COMPONENT_OPTIMIZER, components, not_components) and not kwargs.get("inference_only"):
+            state[ZERO_OPTIMIZER_SHARDS] = {torch.distributed.get_rank(): {mid: e.optimizer.state_dict() for mid, e in self._engines.items()}}
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        shards = state.get(ZERO_OPTIMIZER_SHARDS)
+        rest = {k: v for k, v in state.items() if k not in (ZERO_OPTIMIZER_SHARDS, COMPONENT_OPTIMIZER)}
+        with self._full_parameters(modify=True):
+            super().set_state(rest)
+        if shards is None:
+            # Weights without optimizer state: ZeRO's fp32 master copy must follow them.
+            for engine in self._engines.values():
+                engine.optimizer.refresh_fp32_params()
+        else:
+            if sorted(shards) != list(range(self.world_size())):
+                raise ValueError(f"the checkpoint holds ZeRO optimizer shards of learners {sorted(shards)}; this run has {self.world_size()} learners: resume with num_learners={len(shards)}")
+            for module_id, engine in self._engines.items():
+                # DeepSpeed takes every learner's shard and picks its own; the fp32 master
+                # weights come from the shard, so a bf16 model resumes exactly too.
+                engine.optimizer.load_state_dict([shards[rank][module_id] for rank in sorted(shards)], load_from_fp32_weights=True)
+
+    def _full_parameters(self, modify: bool = False):
+        """Under ZeRO-3, a context in which every parameter is whole (changes made in it are
+        kept when `modify`); under ZeRO-2 parameters are whole anyway."""
+        import contextlib
+
+        import deepspeed
+
+        if self.zero_stage < 3:
+            return contextlib.nullcontext()
+        params = [p for engine in self._engines.values() for p in engine.module.parameters()]
+        return deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modify else None)
+
+
+def _as_list(components) -> list:
+    if components is None:
+        return []
+    return [components] if isinstance(components, str) else list(components)
+
+
+class DeepSpeedLearnerGroup(LearnerGroup):
+    """RLlib's LearnerGroup, but state is read from every learner at once.
+
+    RLlib reads a learner group's state from learner 0 alone. Under ZeRO that would hang
+    (gathering parameters is a collective) and lose the other learners' optimizer shards, so
+    here all learners take part, learner 0's state is kept, and the shards of all are merged.
+    """
+
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        if self.is_local or not self._check_component(COMPONENT_LEARNER, components, not_components):
+            return super().get_state(components, not_components=not_components, **kwargs)
+        comps = self._get_subcomponents(COMPONENT_LEARNER, components)
+        not_comps = self._get_subcomponents(COMPONENT_LEARNER, not_components)
+        states = self._get_results(self.foreach_learner(lambda learner: learner.get_state(comps, not_components=not_comps, **kwargs)))
+        merged = dict(states[0])
+        if ZERO_OPTIMIZER_SHARDS in merged:
+            merged[ZERO_OPTIMIZER_SHARDS] = {rank: shard for s in states for rank, shard in s[ZERO_OPTIMIZER_SHARDS].items()}
+        return {COMPONENT_LEARNER: merged}
