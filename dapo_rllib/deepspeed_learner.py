@@ -18,6 +18,7 @@ learners into the checkpoint and gives each its own back on restore.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_OPTIMIZER
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_OPTIMIZER, COMPONENT_RL_MODULE
 from ray.rllib.core.learner.learner_group import LearnerGroup
 
 from dapo_rllib.columns import Metrics
@@ -112,6 +113,7 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
         os.environ.setdefault("WORLD_SIZE", str(torch.distributed.get_world_size()))
         super().build()
         self._engines = {}
+        self._restoring, self._pending_shards = False, None  # see restore_from_path
         for module_id in self.module.keys():
             config = self.config.get_config_for_module(module_id)
             ((_, optimizer),) = self.get_optimizers_for_module(module_id)
@@ -173,25 +175,41 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
     def set_state(self, state: dict[str, Any]) -> None:
         shards = state.get(ZERO_OPTIMIZER_SHARDS)
         rest = {k: v for k, v in state.items() if k not in (ZERO_OPTIMIZER_SHARDS, COMPONENT_OPTIMIZER)}
-        with self._full_parameters(modify=True):
+        gather = COMPONENT_RL_MODULE in rest and not self._restoring
+        with self._full_parameters(modify=True) if gather else contextlib.nullcontext():
             super().set_state(rest)
+        if self._restoring:
+            self._pending_shards = shards
+        else:
+            self._load_optimizer_shards(shards)
+
+    def restore_from_path(self, *args, **kwargs) -> None:
+        # RLlib restores the RL module as a component of its own, past `set_state`: gather
+        # around all of it, and load the optimizer shards once the parameters are partitioned.
+        self._restoring, self._pending_shards = True, None
+        try:
+            with self._full_parameters(modify=True):
+                super().restore_from_path(*args, **kwargs)
+        finally:
+            self._restoring = False
+        self._load_optimizer_shards(self._pending_shards)
+
+    def _load_optimizer_shards(self, shards: dict | None) -> None:
         if shards is None:
             # Weights without optimizer state: ZeRO's fp32 master copy must follow them.
             for engine in self._engines.values():
                 engine.optimizer.refresh_fp32_params()
-        else:
-            if sorted(shards) != list(range(self.world_size())):
-                raise ValueError(f"the checkpoint holds ZeRO optimizer shards of learners {sorted(shards)}; this run has {self.world_size()} learners: resume with num_learners={len(shards)}")
-            for module_id, engine in self._engines.items():
-                # DeepSpeed takes every learner's shard and picks its own; the fp32 master
-                # weights come from the shard, so a bf16 model resumes exactly too.
-                engine.optimizer.load_state_dict([shards[rank][module_id] for rank in sorted(shards)], load_from_fp32_weights=True)
+            return
+        if sorted(shards) != list(range(self.world_size())):
+            raise ValueError(f"the checkpoint holds ZeRO optimizer shards of learners {sorted(shards)}; this run has {self.world_size()} learners: resume with num_learners={len(shards)}")
+        for module_id, engine in self._engines.items():
+            # DeepSpeed takes every learner's shard and picks its own; the fp32 master weights
+            # come from the shard, so a bf16 model resumes exactly too.
+            engine.optimizer.load_state_dict([shards[rank][module_id] for rank in sorted(shards)], load_from_fp32_weights=True)
 
     def _full_parameters(self, modify: bool = False):
         """Under ZeRO-3, a context in which every parameter is whole (changes made in it are
         kept when `modify`); under ZeRO-2 parameters are whole anyway."""
-        import contextlib
-
         import deepspeed
 
         if self.zero_stage < 3:
