@@ -88,7 +88,8 @@ def main() -> None:
         tokens_per_s.append(scalars[tag(Metrics.TIMING, Metrics.GENERATION_TOKENS_PER_S)])
         print(
             f"{step:>4} {time.perf_counter() - start:>6.2f}s "
-            + " ".join(f"{scalars[t]:>8.3f}s" for _, t in COLUMNS)
+            # old_log_probs_s is absent when a batch gets one optimizer step (no recompute).
+            + " ".join(f"{scalars.get(t, 0.0):>8.3f}s" for _, t in COLUMNS)
             + f" {scalars[tag(Metrics.ROLLOUT, Metrics.GENERATION_ROUNDS)]:>6.0f} {tokens_per_s[-1]:>10.0f}"
         )
     algo.stop()

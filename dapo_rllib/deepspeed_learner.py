@@ -64,9 +64,13 @@ def load_deepspeed_config(value: dict | str | os.PathLike) -> dict:
     for key, instead in DAPO_OWNED.items():
         if key in value:
             raise ValueError(f"{key!r} is DAPO's to set, not DeepSpeed's: use {instead}")
-    stage = value.get("zero_optimization", {}).get("stage")
-    if stage not in (2, 3):
-        raise ValueError(f"zero_optimization.stage={stage!r}; expected 2 or 3")
+    zero = value.get("zero_optimization", {})
+    if zero.get("stage") not in (2, 3):
+        raise ValueError(f"zero_optimization.stage={zero.get('stage')!r}; expected 2 or 3")
+    if zero["stage"] == 2 and zero.get("offload_optimizer", {}).get("device", "none") != "none":
+        # DeepSpeed 0.19.8's stage 2 loses its fp32 gradient buffer at an accumulation boundary
+        # set by hand (AttributeError in copy_grads_in_partition); stage 3 offloads fine.
+        raise ValueError("offload_optimizer needs zero_optimization.stage=3 here: stage 2 with offload fails under gradient accumulation")
     return value
 
 

@@ -64,6 +64,35 @@ def test_more_learners_than_groups_per_optimizer_step_is_a_clear_error(model_dir
     config.training(minibatch_size_prompts=4).validate()
 
 
+ZERO3 = {"zero_optimization": {"stage": 3}}
+
+
+@pytest.mark.parametrize(
+    "deepspeed_config, message",
+    [
+        (ZERO3 | {"gradient_clipping": 1.0}, "'gradient_clipping' is DAPO's to set, not DeepSpeed's: use grad_clip"),
+        (ZERO3 | {"optimizer": {"type": "Adam"}}, "'optimizer' is DAPO's to set, not DeepSpeed's: use lr and weight_decay"),
+        (ZERO3 | {"train_micro_batch_size_per_gpu": 4}, "'train_micro_batch_size_per_gpu' is DAPO's to set, not DeepSpeed's: use max_tokens_per_micro_batch"),
+        (ZERO3 | {"bf16": {"enabled": True}}, "bf16.enabled=True contradicts model_dtype='float32'"),
+        ({"zero_optimization": {"stage": 1}}, "zero_optimization.stage=1; expected 2 or 3"),
+        ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}, "offload_optimizer needs zero_optimization.stage=3"),
+        ("/no/such/ds_config.json", "No such file or directory"),
+        (["stage", 3], "expected a dict or the path of a JSON file, got list"),
+    ],
+)
+def test_a_deepspeed_config_that_conflicts_with_dapo_is_a_clear_error(model_dir, deepspeed_config, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        DAPOConfig().training(model_path=model_dir, deepspeed_config=deepspeed_config).validate()
+
+
+def test_a_deepspeed_config_file_is_read(model_dir, tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}))
+    DAPOConfig().training(model_path=model_dir, deepspeed_config=str(path)).validate()
+    with pytest.raises(ValueError, match="grad_clip_by='value': under DeepSpeed gradients are clipped by their global norm only"):
+        DAPOConfig().training(model_path=model_dir, deepspeed_config=str(path), grad_clip_by="value").validate()
+
+
 def test_micro_batch_budget_default_holds_two_longest_sequences(model_dir):
     assert DAPOConfig().micro_batch_token_budget == 2 * (2048 + 20480)
     assert DAPOConfig().training(max_prompt_length=64, max_response_length=32).micro_batch_token_budget == 16384

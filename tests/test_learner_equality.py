@@ -102,3 +102,10 @@ def test_two_ddp_learners_give_the_same_step(two_learners, whole, mode):
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_two_zero3_learners_give_the_same_step(two_learners, whole, mode):
     assert_same_step(two_learners["zero3"][mode], whole[mode])
+
+
+def test_one_zero3_learner_with_optimizer_offload_gives_the_same_step(tiny_model_path, batch, whole, tmp_path):
+    # ZeRO-3 with the AdamW state in host memory, one learner process of its own.
+    offload = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    (result,) = run_data_parallel(str(tiny_model_path), batch, [dict(deepspeed_config=offload, max_tokens_per_micro_batch=24)], tmp_path, world_size=1)
+    assert_same_step(result, whole["token-mean"])
