@@ -173,7 +173,8 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
         with self._full_parameters():
             state = super().get_state(components, not_components=[*_as_list(not_components), COMPONENT_OPTIMIZER], **kwargs)
         if self._check_component(COMPONENT_OPTIMIZER, components, not_components) and not kwargs.get("inference_only"):
-            state[ZERO_OPTIMIZER_SHARDS] = {torch.distributed.get_rank(): {mid: e.optimizer.state_dict() for mid, e in self._engines.items()}}
+            # ZeRO's state dict points at its live buffers: a copy, or training would change it.
+            state[ZERO_OPTIMIZER_SHARDS] = {torch.distributed.get_rank(): {mid: _copied(e.optimizer.state_dict()) for mid, e in self._engines.items()}}
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -220,6 +221,17 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
             return contextlib.nullcontext()
         params = [p for engine in self._engines.values() for p in engine.module.parameters()]
         return deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modify else None)
+
+
+def _copied(value):
+    """`value` with every tensor in it cloned (ZeRO-2's flat buffers refuse `copy.deepcopy`)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    return value
 
 
 def _as_list(components) -> list:
