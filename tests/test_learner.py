@@ -111,3 +111,16 @@ def test_a_non_finite_gradient_skips_the_step_and_is_counted(tiny_model_path):
     assert results[Metrics.GRAD_STEPS_SKIPPED] == 0 and np.isfinite(results[Metrics.GRAD_NORM])
     trained = _params(learner)
     assert any(not torch.equal(after[name], trained[name]) for name in after)
+
+
+def test_one_optimizer_step_per_batch_needs_no_old_log_probs(tiny_model_path):
+    # One mini-batch per training step: the connector leaves OLD_LOGP out and the learner uses its
+    # own forward pass, detached (every ratio is 1, nothing clips).
+    learner = build_learner(tiny_model_path, train_batch_size_prompts=32, minibatch_size_prompts=32)
+    assert not learner.config.recomputes_old_logp
+    batch = token_batch(learner, [1.0, -1.0], [1, 3])
+    del batch[Columns.OLD_LOGP]
+    results = update(learner, batch)
+    assert results[Metrics.RATIO_MEAN] == pytest.approx(1.0) and results[Metrics.APPROX_KL] == 0.0
+    assert results[Metrics.PG_CLIPFRAC_LOW] == results[Metrics.PG_CLIPFRAC_HIGH] == 0.0
+    assert results[Metrics.POLICY_LOSS] == pytest.approx(0.5, abs=1e-6)  # DAPO's token mean at ratio 1
