@@ -24,7 +24,7 @@ import json
 import resource
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -46,7 +46,6 @@ class Workload:
     max_response_length: int
     max_tokens_per_micro_batch: int
     gradient_checkpointing: bool
-    settings: dict = field(default_factory=dict)
 
 
 QWEN2_5_0_5B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936)
@@ -95,7 +94,6 @@ def config_for(workload: Workload, model_path: Path) -> DAPOConfig:
             gradient_checkpointing=workload.gradient_checkpointing,
             lr=1e-6,
             lr_warmup_steps=0,
-            **workload.settings,
         )
         .debugging(seed=0)
     )
