@@ -20,6 +20,7 @@ class Extras:
     TRUNCATED = "truncated"  # the response hit max_response_length
     SCORE_TIMED_OUT = "score_timed_out"  # scoring ran out of time: scored wrong, counted
     OVERLONG_PENALTY = "overlong_penalty"  # the soft overlong punishment added to the reward
+    ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-prob of each sampled token (float32 array)
 
 
 class Columns:
@@ -35,6 +36,7 @@ class Columns:
     OLD_LOGP = "old_logp"  # log-probs under the policy before this step's updates
     LOGP = "logp"  # forward output: log-prob of each sampled response token
     ENTROPY = "entropy"  # forward output: policy entropy at each response position
+    ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-probs of the sampled tokens, right-padded
 
 
 class Metrics:
@@ -73,6 +75,8 @@ class Metrics:
     UPDATE_S = "update_s"
     WEIGHT_SYNC_S = "weight_sync_s"
     WEIGHT_LOAD_S = "weight_load_s"  # per env runner, inside weight_sync_s
+    WEIGHT_SYNC_BUCKETS = "weight_sync_buckets"
+    ASYNC_WAIT_S = "async_rollout_wait_s"  # async_rollout: time the step waited for generation after the update
     GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
     ITERATION_S = "iteration_s"
     EVALUATION_S = "evaluation_s"
@@ -95,6 +99,10 @@ class Metrics:
     LOSS_TOKENS = "loss_tokens_per_step"
     PADDING_FRACTION = "padding_fraction"  # padded / all token positions of the forward passes
     MICRO_BATCHES = "micro_batches"  # forward passes per optimizer step
+    ROLLOUT_LOGP_ABS_DIFF = "rollout_logp_abs_diff"  # mean |old log-prob - vLLM's| per token
+    ROLLOUT_LOGP_ABS_DIFF_MAX = "rollout_logp_abs_diff_max"
+    ROLLOUT_IS_WEIGHT_MEAN = "rollout_is_weight_mean"  # truncated importance weights (rollout_correction)
+    ROLLOUT_IS_CAPPED_FRACTION = "rollout_is_capped_fraction"  # tokens whose weight hit the cap
 
     # progress/: lifetime counters.
     ENV_STEPS_SAMPLED = "env_steps_sampled"

@@ -30,7 +30,8 @@ def episode_value(episode, key: str):
 
 
 class PadTokenBatch(ConnectorV2):
-    """Left-pads prompts, right-pads responses, and builds the response and loss masks.
+    """Left-pads prompts, right-pads responses (and vLLM's log-probs of them), and builds the
+    response and loss masks.
 
     The loss mask is the response mask with truncated responses zeroed when overlong
     filtering is on (DAPO §2.4), so every later token count is counted after masking.
@@ -54,11 +55,13 @@ class PadTokenBatch(ConnectorV2):
         prompt_mask = np.zeros((n, width_p), dtype=np.float32)
         response_ids = np.full((n, width_r), self.pad_token_id, dtype=np.int64)
         response_mask = np.zeros((n, width_r), dtype=np.float32)
-        for i, (p, r) in enumerate(zip(prompts, responses)):
+        rollout_logp = np.zeros((n, width_r), dtype=np.float32)
+        for i, (ep, p, r) in enumerate(zip(episodes, prompts, responses)):
             prompt_ids[i, width_p - len(p) :] = p
             prompt_mask[i, width_p - len(p) :] = 1.0
             response_ids[i, : len(r)] = r
             response_mask[i, : len(r)] = 1.0
+            rollout_logp[i, : len(r)] = episode_value(ep, Extras.ROLLOUT_LOGP)
 
         truncated = np.array([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])
         loss_mask = response_mask.copy()
@@ -74,6 +77,7 @@ class PadTokenBatch(ConnectorV2):
             Columns.ACTIONS: response_ids,
             Columns.RESPONSE_MASK: response_mask,
             Columns.LOSS_MASK: loss_mask,
+            Columns.ROLLOUT_LOGP: rollout_logp,
         }
         return batch
 

@@ -31,6 +31,10 @@ function                           paper
                                    metric has a non-zero spread.
 ``overlong_penalty``               Soft Overlong Punishment, part of Overlong
                                    Reward Shaping (§2.4): ``R_length``.
+``rollout_correction_weights``,    not in the paper: truncated importance weights
+``rollout_mismatch``               ``min(pi_old / pi_rollout, C)`` for sampling
+                                   from vLLM rather than the learner, and the
+                                   mismatch they correct (SCALE.md §4).
 ``kl_penalty``                     the KL term DAPO removes (beta = 0, §1); kept
                                    for GRPO baselines.
 ``masked_mean``,                   helpers for the learner's metrics (entropy is
@@ -54,6 +58,7 @@ never leak into a loss or a metric.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
@@ -77,7 +82,10 @@ __all__ = [
     "overlong_penalty",
     "policy_loss_fn",
     "policy_losses",
+    "ROLLOUT_CORRECTIONS",
     "register_adv_estimator",
+    "rollout_correction_weights",
+    "rollout_mismatch",
     "register_policy_loss",
 ]
 
@@ -604,6 +612,72 @@ def overlong_penalty(
     # L_max gets exactly -1.
     excess = (lengths - (max_response_length - overlong_buffer_len)).clamp(0, overlong_buffer_len)
     return -excess / overlong_buffer_len * penalty_factor
+
+
+# --------------------------------------------------------------------------
+# Rollout / learner mismatch (SCALE.md §4)
+# --------------------------------------------------------------------------
+
+ROLLOUT_CORRECTIONS = (None, "tis")
+
+
+def rollout_mismatch(
+    old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """How far the sampler's log-probs are from the learner's, over the masked tokens.
+
+    ``rollout_logp_abs_diff`` is the mean of ``|old_log_probs - rollout_log_probs|``,
+    ``rollout_logp_abs_diff_max`` its largest value (0 without masked tokens). Both are
+    0 when vLLM and the learner compute the same distribution; kernels, precision and (with
+    ``async_rollout``) one update of staleness make them differ.
+    """
+    _check_same_shape(old_log_probs=old_log_probs, rollout_log_probs=rollout_log_probs, response_mask=response_mask)
+    diff = (old_log_probs - rollout_log_probs).abs().detach().masked_fill(~response_mask.bool(), 0)
+    return {
+        Metrics.ROLLOUT_LOGP_ABS_DIFF: masked_mean(diff, response_mask),
+        Metrics.ROLLOUT_LOGP_ABS_DIFF_MAX: diff.max() if diff.numel() else diff.new_zeros(()),
+    }
+
+
+def rollout_correction_weights(
+    old_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    mode: str | None = "tis",
+    cap: float = 2.0,
+) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    """Per-token importance weights that correct for sampling from the rollout engine.
+
+    ``mode="tis"`` (truncated importance sampling, Yao et al. 2025)::
+
+        w = min(pi_old / pi_rollout, cap) = min(exp(old_log_probs - rollout_log_probs), cap)
+
+    per token, without gradient. The weight multiplies the policy-gradient term of each token;
+    the learner does that by scaling the token's advantage by ``w``, which is the same for any
+    policy loss that is positively homogeneous in the advantage (PPO's clip and dual clip are:
+    ``w > 0`` keeps the advantage's sign, so the same branch of each min/max is taken).
+    ``mode=None``: no correction, returns ``(None, {})``.
+
+    Returns ``(weights, metrics)``: ``rollout_is_weight_mean`` and
+    ``rollout_is_capped_fraction`` (tokens whose weight hit the cap), over masked tokens.
+    """
+    if mode not in ROLLOUT_CORRECTIONS:
+        raise ValueError(f"rollout_correction={mode!r}; expected one of {ROLLOUT_CORRECTIONS}")
+    if mode is None:
+        return None, {}
+    if not cap >= 1:
+        raise ValueError(f"rollout_is_cap must be >= 1, got {cap}")
+    _check_same_shape(old_log_probs=old_log_probs, rollout_log_probs=rollout_log_probs, response_mask=response_mask)
+    with torch.no_grad():
+        # Padding gets weight 1, so it stays as inert as before.
+        log_ratio = (old_log_probs - rollout_log_probs).clamp(max=math.log(cap)).masked_fill(~response_mask.bool(), 0)
+        weights = torch.exp(log_ratio)
+        metrics = {
+            Metrics.ROLLOUT_IS_WEIGHT_MEAN: masked_mean(weights, response_mask),
+            Metrics.ROLLOUT_IS_CAPPED_FRACTION: masked_mean((log_ratio >= math.log(cap)).to(weights.dtype), response_mask),
+        }
+    return weights, metrics
 
 
 # --------------------------------------------------------------------------

@@ -4,13 +4,16 @@
 
     dynamic sampling   generation rounds on the vLLM env runners until enough informative groups
     update             learner_group.update: connector (advantages, masks, old log-probs) → loss
-    weight sync        learner weights → every env runner's running vLLM engine
+    weight sync        learner weights → every env runner's running vLLM engine, in buckets
+
+With `async_rollout` the env runners generate the next step's batch during the update.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -35,7 +38,6 @@ from ray.rllib.utils.metrics import (
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     SYNCH_WORKER_WEIGHTS_TIMER,
     TIMERS,
-    WEIGHTS_SEQ_NO,
 )
 
 from dapo_rllib import core_algos, eval_metrics
@@ -45,6 +47,8 @@ from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
 
 FILTER_METRICS = {"acc": Extras.ACC, "score": Extras.SCORE}
 REMOTE_ENV_RUNNER_STATES = "remote_env_runner_states"  # checkpoint key, see DAPO.get_state
+PENDING_GROUPS = "pending_groups"  # checkpoint key: async_rollout's batch for the next step
+WEIGHT_TRANSPORT = "object_store"  # see dapo_rllib.weight_sync
 PROBLEM_SOURCE_KEYS = ("dataset", "split", "num_problems")  # env config keys that eval_dataset replaces
 DATA_FILE_SUFFIXES = (".parquet", ".jsonl")  # an eval_dataset with these names a file; others a built-in set
 
@@ -107,6 +111,11 @@ class DAPOConfig(AlgorithmConfig):
         self.max_tokens_per_micro_batch = None
         self.gradient_checkpointing = False
         self.deepspeed_config = None
+        # Rollout side: weight sync, mismatch correction, overlap.
+        self.weight_sync_bucket_mb = 512
+        self.rollout_correction = None
+        self.rollout_is_cap = 2.0
+        self.async_rollout = False
         # Loss (names in core_algos' registries).
         self.policy_loss = "ppo_clip"
         self.adv_estimator = "grpo"
@@ -145,6 +154,10 @@ class DAPOConfig(AlgorithmConfig):
         max_tokens_per_micro_batch: int | None = NotProvided,
         gradient_checkpointing: bool = NotProvided,
         deepspeed_config: dict | str | None = NotProvided,
+        weight_sync_bucket_mb: float = NotProvided,
+        rollout_correction: str | None = NotProvided,
+        rollout_is_cap: float = NotProvided,
+        async_rollout: bool = NotProvided,
         policy_loss: str = NotProvided,
         adv_estimator: str = NotProvided,
         clip_eps_low: float = NotProvided,
@@ -198,6 +211,21 @@ class DAPOConfig(AlgorithmConfig):
                 optimizer offload): a DeepSpeed config dict or the path of a JSON file. Batch
                 sizes, clipping and the optimizer stay DAPO's settings and must not be set
                 there. None: plain PyTorch (DDP with several learners).
+            weight_sync_bucket_mb: Size of the buckets in which the learner's weights stream
+                to the vLLM engines after each step (`dapo_rllib.weight_sync`): memory the
+                sync adds is about one bucket on each side. A parameter larger than a bucket
+                travels in row slices and is joined on arrival (vLLM loads parameters whole).
+                Default 512.
+            rollout_correction: "tis": weight each token's policy-gradient term by the
+                truncated importance ratio min(pi_old / pi_rollout, rollout_is_cap) of the
+                learner's old log-prob to vLLM's (SCALE.md §4); corrects the rollout/learner
+                mismatch and, with async_rollout, the one step of staleness. None: off.
+                Either way `rollout_logp_abs_diff` (mean and max) is reported.
+            rollout_is_cap: C of the truncated importance weight (>= 1). Default 2.0.
+            async_rollout: Generate the next batch with the current weights while the
+                learner updates on this one (one-step off-policy, as verl's recipe): each
+                batch is one update stale; a step takes about max(generation, update) instead
+                of their sum. Needs env runner actors (num_env_runners >= 1).
             policy_loss: Policy loss, by name in `core_algos`' registry: "ppo_clip" (PPO's
                 clipped ratio with the decoupled bounds below; DAPO, GRPO), a name
                 registered with `core_algos.register_policy_loss`, or "module:function".
@@ -342,6 +370,10 @@ class DAPOConfig(AlgorithmConfig):
         return max(16384, 2 * (self.max_prompt_length + self.max_response_length))
 
     @property
+    def weight_sync_bucket_bytes(self) -> int:
+        return int(self.weight_sync_bucket_mb * 2**20)
+
+    @property
     def recomputes_old_logp(self) -> bool:
         """False when every batch gets exactly one optimizer step: the old log-probs are then the
         current ones, and the learner takes them from its own forward pass (ratio 1)."""
@@ -414,6 +446,13 @@ class DAPOConfig(AlgorithmConfig):
                 self._value_error(f"deepspeed_config={self.deepspeed_config!r}: {error}")
             need(self.grad_clip_by == "global_norm", f"grad_clip_by={self.grad_clip_by!r}: under DeepSpeed gradients are clipped by their global norm only")
         need(self.env_runner_cls is not None and hasattr(self.env_runner_cls, "evaluate"), f"env_runner_cls={self.env_runner_cls} must be a VLLMEnvRunner (subclass)")
+        need(isinstance(self.weight_sync_bucket_mb, (int, float)) and self.weight_sync_bucket_mb > 0, f"weight_sync_bucket_mb={self.weight_sync_bucket_mb!r} must be a positive number of MB")
+        need(self.rollout_correction in core_algos.ROLLOUT_CORRECTIONS, f"rollout_correction={self.rollout_correction!r}; expected one of {core_algos.ROLLOUT_CORRECTIONS}")
+        need(isinstance(self.rollout_is_cap, (int, float)) and self.rollout_is_cap >= 1, f"rollout_is_cap={self.rollout_is_cap!r} must be >= 1 (an importance weight cap)")
+        need(
+            not self.async_rollout or self.num_env_runners >= 1,
+            "async_rollout=True generates in env runner actors while the learner updates in this process: set num_env_runners >= 1 (with 0 the engine would share the driver with the learner and nothing would overlap)",
+        )
 
 
 class DAPO(Algorithm):
@@ -432,6 +471,13 @@ class DAPO(Algorithm):
         self._tensorboard: TensorBoardWriter | None = None
         self._evaluated_before_training = False
         self.num_evaluations = 0  # calls of the evaluation function so far
+        self._pending_groups = None  # async_rollout: the batch generated during the last update
+        self._generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-rollout") if config.async_rollout else None
+        # RLlib's EnvRunnerGroup.sync_weights (run by evaluate() and for restarted env runners)
+        # copies the whole state through the driver; DAPO's engines take the streamed sync.
+        for group in (self.env_runner_group, self.eval_env_runner_group):
+            if group is not None:
+                group.sync_weights = partial(self._sync_weights_for_rllib, group)
 
     def step(self) -> dict:
         """RLlib's step, without the evaluation results it repeats from earlier iterations.
@@ -453,7 +499,12 @@ class DAPO(Algorithm):
             self._evaluate_before_training()
         # RLlib's timers, per step (window 1) rather than smoothed: DAPO's steps differ a lot.
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER), reduce="mean", window=1):
-            groups = self._collect_groups()
+            groups, self._pending_groups = self._pending_groups or self._collect_groups(self.metrics), None
+        if cfg.async_rollout:
+            # The next batch, sampled with the weights the runners hold now, during the update.
+            # Its metrics go to a logger of its own: RLlib's MetricsLogger is not thread-safe.
+            next_metrics = MetricsLogger(root=True)
+            next_batch = self._generator.submit(self._collect_groups, next_metrics)
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1):
             results = self.learner_group.update(
@@ -464,6 +515,11 @@ class DAPO(Algorithm):
             )
             self.metrics.aggregate(results, key=LEARNER_RESULTS)
 
+        if cfg.async_rollout:
+            start = time.perf_counter()
+            self._pending_groups = next_batch.result()
+            self.metrics.log_value((TIMERS, Metrics.ASYNC_WAIT_S), time.perf_counter() - start, window=1)
+            self.metrics.aggregate([next_metrics.reduce()])
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
             self.sync_weights_to_env_runners()
 
@@ -491,6 +547,8 @@ class DAPO(Algorithm):
     def cleanup(self) -> None:
         if self._tensorboard is not None:
             self._tensorboard.close()
+        if self._generator is not None:
+            self._generator.shutdown(wait=True)
         super().cleanup()
 
     def export_hf_model(self, out_dir) -> str:
@@ -501,19 +559,41 @@ class DAPO(Algorithm):
         state = self.learner_group.get_state(components=component)[COMPONENT_LEARNER][COMPONENT_RL_MODULE][DEFAULT_MODULE_ID]
         return str(export_hf_model(state, self.config.model_path, out_dir, self.config.model_dtype))
 
-    def sync_weights_to_env_runners(self) -> None:
-        """Load the learner's weights into every vLLM engine and wait until they are in.
+    def sync_weights_to_env_runners(self, env_runner_ids: list[int] | None = None) -> None:
+        """Stream the learner's weights into every vLLM engine (or those of the training env
+        runners `env_runner_ids`) and return once all hold them: DAPO is on-policy, the next
+        generation round must use the new weights.
 
-        DAPO is on-policy: the next generation round must use the new weights. RLlib's
-        `EnvRunnerGroup.sync_weights` is fire-and-forget and skips a runner whose previous sync
-        is still in flight, which loses the restored weights right after `from_checkpoint`.
+        Bucket by bucket (`dapo_rllib.weight_sync`): learner rank 0 sends one (all learners
+        gather it under ZeRO-3), every engine loads it, then the next; a bucket is freed as soon
+        as the engines have it.
         """
-        learner_state = self.learner_group.get_state(components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True)[COMPONENT_LEARNER]
-        # The weights go to the object store once; each runner fetches them from there.
-        state = {COMPONENT_RL_MODULE: ray.put(learner_state[COMPONENT_RL_MODULE]), WEIGHTS_SEQ_NO: learner_state[WEIGHTS_SEQ_NO]}
-        for group in (self.env_runner_group, self.eval_env_runner_group):
-            if group is not None:
-                group.foreach_env_runner(lambda runner: runner.set_state(state))
+        bucket_bytes = self.config.weight_sync_bucket_bytes
+        plan, seq_no = self._on_learners(lambda learner: learner.weight_sync_plan(bucket_bytes))[0]
+        if env_runner_ids is None:
+            targets = [(group, None) for group in (self.env_runner_group, self.eval_env_runner_group) if group is not None]
+        else:
+            targets = [(self.env_runner_group, env_runner_ids)]
+        for group, ids in targets:
+            on_env_runners(group, lambda runner: runner.begin_weight_update(), ids)
+        for bucket in plan:
+            (handle,) = [h for h in self._on_learners(lambda learner, b=bucket: learner.send_weight_bucket(b, WEIGHT_TRANSPORT)) if h is not None]
+            for group, ids in targets:
+                on_env_runners(group, lambda runner, h=handle: runner.load_weight_bucket(h, WEIGHT_TRANSPORT), ids)
+            del handle  # the bucket leaves the object store once no one holds it
+        for group, ids in targets:
+            on_env_runners(group, lambda runner: runner.finish_weight_update(seq_no), ids)
+        self.metrics.log_value((Metrics.ROLLOUT, Metrics.WEIGHT_SYNC_BUCKETS), len(plan), window=1)
+
+    def _sync_weights_for_rllib(self, group, *args, to_worker_indices=None, **kwargs) -> None:
+        """Stands in for `group.sync_weights` (see setup). DAPO syncs after every update and
+        every restore, so only env runners named by RLlib (restarted ones) need weights."""
+        if to_worker_indices and group is self.env_runner_group:
+            self.sync_weights_to_env_runners(list(to_worker_indices))
+
+    def _on_learners(self, func) -> list:
+        """`func(learner)` on every learner (in this process or remote), in learner order."""
+        return self.learner_group._get_results(self.learner_group.foreach_learner(func))
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         state = super().get_state(components, not_components=not_components, **kwargs)
@@ -523,10 +603,14 @@ class DAPO(Algorithm):
         if self.env_runner_group.num_remote_env_runners() and self._check_component(REMOTE_ENV_RUNNER_STATES, components, not_components):
             indexed = self.env_runner_group.foreach_env_runner(lambda runner: (runner.worker_index, runner.get_state()), local_env_runner=False)
             state[REMOTE_ENV_RUNNER_STATES] = dict(indexed)
+        if self._pending_groups is not None:
+            # async_rollout: sampled with the previous weights, which a resumed run no longer has.
+            state[PENDING_GROUPS] = self._pending_groups
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
+        self._pending_groups = state.get(PENDING_GROUPS)
         if REMOTE_ENV_RUNNER_STATES in state:
             saved = state[REMOTE_ENV_RUNNER_STATES]
             here = sorted(self.env_runner_group.healthy_worker_ids())
@@ -544,7 +628,7 @@ class DAPO(Algorithm):
         self.sync_weights_to_env_runners()
 
     # ----- dynamic sampling ----------------------------------------------------------------
-    def _sample_round(self, num_prompts: int) -> list:
+    def _sample_round(self, num_prompts: int, metrics: MetricsLogger) -> list:
         """One generation round of `num_prompts` prompts, spread over the env runners."""
         group = self.env_runner_group
         num_remote = group.num_remote_env_runners()
@@ -553,16 +637,17 @@ class DAPO(Algorithm):
         if num_remote == 0:
             out = group.foreach_env_runner(funcs[0], local_env_runner=True)
         else:
-            out = group.foreach_env_runner(funcs, local_env_runner=False, remote_worker_ids=list(group.healthy_worker_ids())[: len(funcs)])
-        self.metrics.aggregate([metrics for _, metrics, _ in out], key=ENV_RUNNER_RESULTS)
+            out = on_env_runners(group, funcs, list(group.healthy_worker_ids())[: len(funcs)])
+        metrics.aggregate([m for _, m, _ in out], key=ENV_RUNNER_RESULTS)
         # Runners generate in parallel: a round takes as long as its slowest runner.
         for key in (Metrics.GENERATION_S, Metrics.SCORING_S):
-            self.metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
-        self.metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out), reduce="sum")
+            metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
+        metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out), reduce="sum")
         return [ep for episodes, _, _ in out for ep in episodes]
 
-    def _collect_groups(self) -> list[list]:
-        """Generation rounds until `train_batch_size_prompts` informative groups (DAPO §2.2)."""
+    def _collect_groups(self, metrics: MetricsLogger) -> list[list]:
+        """Generation rounds until `train_batch_size_prompts` informative groups (DAPO §2.2);
+        their metrics go to `metrics`."""
         cfg = self.config
         kept: list[list] = []
         generated: list[list] = []
@@ -570,7 +655,7 @@ class DAPO(Algorithm):
         num_prompts = cfg.gen_batch_size_prompts if cfg.dynamic_sampling else cfg.train_batch_size_prompts
         while len(kept) < cfg.train_batch_size_prompts and rounds < cfg.max_num_gen_batches:
             rounds += 1
-            groups = group_episodes(self._sample_round(num_prompts))
+            groups = group_episodes(self._sample_round(num_prompts, metrics))
             generated.extend(groups)
             kept.extend(informative_groups(groups, FILTER_METRICS[cfg.filter_metric]) if cfg.dynamic_sampling else groups)
             if not cfg.dynamic_sampling:
@@ -578,14 +663,14 @@ class DAPO(Algorithm):
             scored = sum(len(g) for g in groups)
             print(f"[DAPO] generation round {rounds}: {scored} samples scored, {len(kept)} informative groups (need {cfg.train_batch_size_prompts})", flush=True)
 
-        generation_s = self.metrics.peek((TIMERS, Metrics.GENERATION_S))
-        tokens_per_s = self.metrics.peek((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS)) / max(generation_s, 1e-9)
-        self.metrics.log_value((TIMERS, Metrics.GENERATION_TOKENS_PER_S), tokens_per_s, window=1)
+        generation_s = metrics.peek((TIMERS, Metrics.GENERATION_S))
+        tokens_per_s = metrics.peek((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS)) / max(generation_s, 1e-9)
+        metrics.log_value((TIMERS, Metrics.GENERATION_TOKENS_PER_S), tokens_per_s, window=1)
         informative = len(kept)
         if informative < cfg.train_batch_size_prompts:
             kept = self._partial_batch_or_raise(kept, generated, rounds)
         kept = kept[: cfg.train_batch_size_prompts]
-        self._log_rollout_metrics(generated, informative, len(kept), rounds)
+        self._log_rollout_metrics(generated, informative, len(kept), rounds, metrics)
         return kept
 
     def _partial_batch_or_raise(self, kept: list, generated: list, rounds: int) -> list:
@@ -605,7 +690,7 @@ class DAPO(Algorithm):
         print(f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)", flush=True)
         return kept[:whole]
 
-    def _log_rollout_metrics(self, generated: list[list], informative: int, trained: int, rounds: int) -> None:
+    def _log_rollout_metrics(self, generated: list[list], informative: int, trained: int, rounds: int, metrics: MetricsLogger) -> None:
         episodes = [ep for g in generated for ep in g]
         lengths = np.array([len(ep.get_actions(0)) for ep in episodes])
         accs = [np.array([episode_value(ep, Extras.ACC) for ep in g]) for g in generated]
@@ -626,7 +711,33 @@ class DAPO(Algorithm):
             Metrics.ACC_MEAN: float(np.mean([episode_value(ep, Extras.ACC) for ep in episodes])),
         }
         for key, value in values.items():
-            self.metrics.log_value((Metrics.ROLLOUT, key), value, window=1)
+            metrics.log_value((Metrics.ROLLOUT, key), value, window=1)
+
+
+def on_env_runners(group, func, env_runner_ids: list[int] | None = None) -> list:
+    """`func(runner)` (or, for a list, `func[i]` on runner i) on the group's env runners (those
+    of `env_runner_ids`, or all; the local one if there are no remote ones).
+
+    Raises when one did not answer: RLlib marks a dead runner unhealthy and leaves it out of
+    the results, which would silently shrink a generation round or skip a weight update.
+    """
+    if group.num_remote_env_runners() == 0:
+        return group.foreach_env_runner(func, local_env_runner=True)
+    wanted = list(group.healthy_worker_ids()) if env_runner_ids is None else list(env_runner_ids)
+    calls = [partial(_with_index, f) for f in func] if isinstance(func, list) else partial(_with_index, func)
+    answers = group.foreach_env_runner(calls, local_env_runner=False, remote_worker_ids=wanted)
+    missing = sorted(set(wanted) - {index for index, _ in answers})
+    if missing:
+        raise RuntimeError(
+            f"env runner(s) {missing} did not answer (died or raised: see the error logged above). "
+            "DAPO does not go on with fewer runners than it asked."
+        )
+    by_index = dict(answers)
+    return [by_index[index] for index in wanted]
+
+
+def _with_index(func, env_runner):
+    return env_runner.worker_index, func(env_runner)
 
 
 def _sample_and_report(env_runner, num_prompts: int):

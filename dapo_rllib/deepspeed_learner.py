@@ -212,15 +212,23 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
             # come from the shard, so a bf16 model resumes exactly too.
             engine.optimizer.load_state_dict([shards[rank][module_id] for rank in sorted(shards)], load_from_fp32_weights=True)
 
-    def _full_parameters(self, modify: bool = False):
-        """Under ZeRO-3, a context in which every parameter is whole (changes made in it are
-        kept when `modify`); under ZeRO-2 parameters are whole anyway."""
+    @staticmethod
+    def full_shape(param: torch.Tensor) -> tuple[int, ...]:
+        # ZeRO-3 leaves each learner an empty placeholder and records the real shape.
+        return tuple(getattr(param, "ds_shape", param.shape))
+
+    def gathered(self, params: list, modify: bool = False):
+        """Under ZeRO-3, a context in which `params` are whole (changes made in it are kept
+        when `modify`); a collective: every learner must enter it. Under ZeRO-2 parameters
+        are whole anyway."""
         import deepspeed
 
         if self.zero_stage < 3:
             return contextlib.nullcontext()
-        params = [p for engine in self._engines.values() for p in engine.module.parameters()]
         return deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modify else None)
+
+    def _full_parameters(self, modify: bool = False):
+        return self.gathered([p for engine in self._engines.values() for p in engine.module.parameters()], modify)
 
 
 def _copied(value):

@@ -6,10 +6,12 @@ asks vLLM for `group_size` completions of each in one batched `generate`, scores
 overlong penalty, and returns the episodes. Token ids travel exactly as vLLM sampled them;
 text is decoded only for the scorer.
 
-`set_state` pushes new weights into the running engine (`reload_weights` through
-`collective_rpc`, no restart). This follows the pattern of RLlib's
-`EnvRunnerServerForExternalInference`: an EnvRunner + Checkpointable without an RLModule of its
-own, holding only the sampler.
+New weights stream into the running engine, no restart: `begin_weight_update`, one
+`load_weight_bucket` per bucket the learner sends, `finish_weight_update` (see
+`dapo_rllib.weight_sync`). vLLM processes each layer as soon as all its parameters have arrived.
+`set_state` with an RL module state (RLlib's own weight sync, checkpoints) takes the same path.
+This follows the pattern of RLlib's `EnvRunnerServerForExternalInference`: an EnvRunner +
+Checkpointable without an RLModule of its own, holding only the sampler.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from dapo_rllib import core_algos
 from dapo_rllib.columns import Extras, Metrics
 from dapo_rllib.data.prompts import render_prompt_ids
 from dapo_rllib.rl_module import hf_weights
+from dapo_rllib.weight_sync import TRANSPORTS, BucketAssembler
 from envs.problem_env import ProblemEnv
 
 # Seed streams of training and evaluation requests (see VLLMEnvRunner._request_seed). Evaluation
@@ -88,6 +91,9 @@ def build_vllm_engine(config, seed: int):
         max_model_len=config.max_prompt_length + config.max_response_length,
         enforce_eager=not torch.cuda.is_available(),
         gpu_memory_utilization=0.5 if torch.cuda.is_available() else 0.1,
+        # The sampled tokens' log-probs after temperature: the distribution sampled from, the
+        # one the learner's log-probs are of (rollout_logp_abs_diff, rollout_correction).
+        logprobs_mode="processed_logprobs",
     )
     if not torch.cuda.is_available():
         # Per-request seeds (see VLLMEnvRunner._sampling_params) crash vLLM's CPU backend when a
@@ -111,6 +117,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.config.model_path))
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
         self._weights_seq_no = 0
+        self._weight_update = None  # (BucketAssembler, names loaded, start time) while one is open
         self._num_groups = 0
         # Wall times of the last sample() call, returned to the algorithm with its episodes: a
         # generation round takes as long as its slowest runner, which summed metrics cannot show.
@@ -148,7 +155,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
         Per-request seeds make a group's completions a function of (weights, seed, prompt)
         only, so a run resumed from a checkpoint samples exactly what the uninterrupted run
-        would have, whatever else the engine generated in between.
+        would have, whatever else the engine generated in between. Training samples carry the
+        sampled tokens' log-probs (flat: a few lists per completion, not a dict per token).
         """
         from vllm import SamplingParams
 
@@ -160,6 +168,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
                 temperature=cfg.temperature if explore else cfg.eval_temperature,
                 top_p=cfg.top_p if explore else cfg.eval_top_p,
                 max_tokens=cfg.max_response_length,
+                logprobs=0 if explore else None,
+                flat_logprobs=explore,
             )
             for seed in seeds
         ]
@@ -225,6 +235,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
                     penalty_factor=cfg.overlong_penalty_factor,
                 )[0]
             )
+        rollout_logp = np.asarray(completion.logprobs.logprobs, dtype=np.float32)
+        if rollout_logp.shape != response.shape:
+            raise RuntimeError(f"vLLM returned {rollout_logp.shape[0]} log-probs for {len(response)} sampled tokens")
         prompt = np.asarray(prompt_ids, dtype=np.int64)
         ep = SingleAgentEpisode(observation_space=None, action_space=None)
         ep.add_env_reset(observation=prompt, infos={"ground_truth": info["ground_truth"]})
@@ -241,6 +254,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
                 Extras.TRUNCATED: truncated,
                 Extras.SCORE_TIMED_OUT: bool(info["score_timed_out"]),
                 Extras.OVERLONG_PENALTY: penalty,
+                Extras.ROLLOUT_LOGP: rollout_logp,
                 WEIGHTS_SEQ_NO: self._weights_seq_no,
             },
         )
@@ -299,15 +313,44 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             "timed_out": [bool(info["score_timed_out"]) for info in infos],
         }
 
-    # ----- weights and state -------------------------------------------------------------
-    def load_weights(self, state_dict: dict[str, Any]) -> None:
-        """Load Hugging Face-named weights into the running engine in one batched call."""
-        start = time.perf_counter()
-        weights = [(name, torch.as_tensor(value)) for name, value in state_dict.items()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+    # ----- weights: streamed in buckets (see dapo_rllib.weight_sync) ----------------------
+    def begin_weight_update(self) -> None:
+        """Open a weight update. Until `finish_weight_update` the engine must not generate:
+        vLLM has moved the layers still to be loaded aside."""
+        self.llm.collective_rpc(_begin_reload)
+        self._weight_update = (BucketAssembler(), set(), time.perf_counter())
+
+    def load_weight_bucket(self, handle, transport: str = "object_store") -> None:
+        """Receive one bucket and load the parameters it completes."""
+        assembler, loaded, _ = self._open_update()
+        complete = assembler.add(TRANSPORTS[transport]().receive(handle))
+        if complete:
+            loaded.update(self.llm.collective_rpc(_load_into_model, kwargs={"weights": complete})[0])
+
+    def finish_weight_update(self, seq_no: int) -> None:
+        """Close the update; raises unless every engine parameter got new values."""
+        assembler, loaded, start = self._open_update()
+        self._weight_update = None
+        engine_names = self.llm.collective_rpc(_finish_reload)[0]
+        missing = sorted(set(engine_names) - loaded) + assembler.incomplete()
+        if missing:
+            raise RuntimeError(f"env runner {self.worker_index}: the weight update left {len(missing)} parameters without new values: {missing[:5]}")
         # Cached prefixes were computed with the old weights.
         self.llm.reset_prefix_cache()
+        self._weights_seq_no = seq_no
         self.metrics.log_value(Metrics.WEIGHT_LOAD_S, time.perf_counter() - start, reduce="sum")
+
+    def _open_update(self):
+        if self._weight_update is None:
+            raise RuntimeError("no weight update is open: call begin_weight_update first")
+        return self._weight_update
+
+    def load_weights(self, state_dict: dict[str, Any], seq_no: int | None = None) -> None:
+        """Load a whole Hugging Face-named state dict that is already in this process."""
+        self.begin_weight_update()
+        weights = [(name, torch.as_tensor(value)) for name, value in state_dict.items()]
+        self._weight_update[1].update(self.llm.collective_rpc(_load_into_model, kwargs={"weights": weights})[0])
+        self.finish_weight_update(self._weights_seq_no if seq_no is None else seq_no)
 
     def engine_parameters(self, names: list[str]) -> dict[str, np.ndarray]:
         """Copies of the named parameters as the engine holds them (for tests and debugging)."""
@@ -327,10 +370,10 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         seq_no = state.get(WEIGHTS_SEQ_NO, 0)
         if COMPONENT_RL_MODULE in state and (seq_no == 0 or seq_no > self._weights_seq_no):
             module_state = state[COMPONENT_RL_MODULE]
-            if isinstance(module_state, ray.ObjectRef):  # see DAPO.sync_weights_to_env_runners
+            if isinstance(module_state, ray.ObjectRef):  # RLlib's EnvRunnerGroup.sync_weights puts it there
                 module_state = ray.get(module_state)
             module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
-            self.load_weights(hf_weights(module_state))
+            self.load_weights(hf_weights(module_state), seq_no)
         if seq_no > 0:
             self._weights_seq_no = seq_no
         if "env" in state:
@@ -345,3 +388,28 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     def get_checkpointable_components(self):
         return []
+
+
+# ----- functions run on vLLM's worker through `collective_rpc` (the worker is their first argument)
+# vLLM's layerwise reload, opened and closed around the buckets rather than in one call: it holds
+# each layer's incoming parameters until the layer is complete, then processes it into place.
+
+
+def _begin_reload(worker) -> None:
+    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+    initialize_layerwise_reload(worker.model_runner.get_model())
+
+
+def _load_into_model(worker, weights: list) -> set[str]:
+    """Load (HF name, tensor) pairs; returns the engine parameters they filled."""
+    return set(worker.model_runner.get_model().load_weights(iter(weights)))
+
+
+def _finish_reload(worker) -> list[str]:
+    """Process what is left and return the names of all engine parameters."""
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+    model = worker.model_runner.get_model()
+    finalize_layerwise_reload(model, worker.model_runner.vllm_config.model_config)
+    return [name for name, _ in model.named_parameters()]

@@ -9,23 +9,27 @@ step. The loss is computed by `core_algos`; this class only feeds it and logs.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 from collections import defaultdict
 
 import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from dapo_rllib import core_algos
 from dapo_rllib.columns import Columns, Metrics
 from dapo_rllib.micro_batching import padding_fraction, plan_for_batch, take
 from dapo_rllib.rl_module import response_logprobs
+from dapo_rllib.weight_sync import TRANSPORTS, Piece, bucket_tensors, plan_buckets
 
 logger = logging.getLogger(__name__)
 
 TRAINING_STEPS = "num_training_steps"
 LOSS_TERMS = (Metrics.POLICY_LOSS, Metrics.KL_LOSS)  # summed over micro-batches; other metrics are token means
+MAX_TERMS = (Metrics.ROLLOUT_LOGP_ABS_DIFF_MAX,)  # the largest over micro-batches and learners
 LOSS_TOKENS = "_loss_tokens"  # the weight of those means
 
 
@@ -97,6 +101,7 @@ class DAPOTorchLearner(TorchLearner):
         self._mini_batch_counts = (self.all_reduce_sum(mask.sum()).clamp_min(1), self.all_reduce_sum((mask.sum(-1) > 0).sum().float()).clamp_min(1))
         plan = plan_for_batch(batch, config.micro_batch_token_budget)
         sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
+        maxima: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         passes = self.num_forward_passes(len(plan))
         try:
             for i in range(passes):
@@ -109,14 +114,18 @@ class DAPOTorchLearner(TorchLearner):
                 self.backward(module_id, loss, last=i == passes - 1)
                 weight = piece[Columns.LOSS_MASK].sum().double()
                 for key, value in self._piece_metrics.items():
-                    sums[key] += value.double() if key in LOSS_TERMS else value.double() * weight
+                    if key in MAX_TERMS:
+                        maxima[key] = torch.maximum(maxima[key], value.double())
+                    else:
+                        sums[key] += value.double() if key in LOSS_TERMS else value.double() * weight
                 sums[LOSS_TOKENS] += weight
         finally:
             self._mini_batch_counts = None
         totals = dict(zip(sums, self.all_reduce_sum(torch.stack(list(sums.values()))).tolist()))
+        totals |= dict(zip(maxima, self.all_reduce_max(torch.stack(list(maxima.values()))).tolist())) if maxima else {}
         for key, value in totals.items():
             if key != LOSS_TOKENS:
-                self.metrics.log_value((module_id, key), value if key in LOSS_TERMS else value / max(totals[LOSS_TOKENS], 1.0), reduce="mean")
+                self.metrics.log_value((module_id, key), value if key in LOSS_TERMS + MAX_TERMS else value / max(totals[LOSS_TOKENS], 1.0), reduce="mean")
         self.metrics.log_value((module_id, Metrics.PADDING_FRACTION), padding_fraction(plan, batch), reduce="mean")
         self.metrics.log_value((module_id, Metrics.MICRO_BATCHES), float(len(plan)), reduce="mean")
         return torch.tensor(totals[Metrics.POLICY_LOSS] + config.kl_coef * totals.get(Metrics.KL_LOSS, 0.0))
@@ -131,10 +140,13 @@ class DAPOTorchLearner(TorchLearner):
         logp = fwd_out[Columns.LOGP]
         # One optimizer step per batch: the old policy is the current one (ratio 1), no recompute.
         old_logp = batch[Columns.OLD_LOGP] if config.recomputes_old_logp else logp.detach()
+        rollout_metrics = core_algos.rollout_mismatch(old_logp, batch[Columns.ROLLOUT_LOGP], mask)
+        weights, correction_metrics = core_algos.rollout_correction_weights(old_logp, batch[Columns.ROLLOUT_LOGP], mask, mode=config.rollout_correction, cap=config.rollout_is_cap)
+        advantages = batch[Columns.ADVANTAGES] if weights is None else batch[Columns.ADVANTAGES] * weights
         loss, metrics = core_algos.policy_loss_fn(config.policy_loss)(
             logp,
             old_logp,
-            batch[Columns.ADVANTAGES],
+            advantages,
             mask,
             clip_eps_low=config.clip_eps_low,
             clip_eps_high=config.clip_eps_high,
@@ -144,6 +156,7 @@ class DAPOTorchLearner(TorchLearner):
             num_seqs=num_seqs,
             loss_scale_factor=config.max_response_length,
         )
+        metrics |= rollout_metrics | correction_metrics
         metrics[Metrics.POLICY_LOSS] = loss.detach()
         if config.kl_coef > 0:
             with torch.no_grad():
@@ -169,6 +182,14 @@ class DAPOTorchLearner(TorchLearner):
             return value
         value = value.clone()
         torch.distributed.all_reduce(value)
+        return value
+
+    def all_reduce_max(self, value: torch.Tensor) -> torch.Tensor:
+        """`value`'s maximum over all data-parallel learners."""
+        if self.world_size() == 1:
+            return value
+        value = value.clone()
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
         return value
 
     def num_forward_passes(self, num_micro_batches: int) -> int:
@@ -218,6 +239,36 @@ class DAPOTorchLearner(TorchLearner):
         # TorchLearner.compute_gradients zeroes the gradients before the next backward pass.
         if not self._skip_step:
             super().apply_gradients(gradients_dict)
+
+    # ----- weight sync (see dapo_rllib.weight_sync) -----------------------------------------
+    def weight_sync_plan(self, bucket_bytes: int) -> tuple[list[list[Piece]], int]:
+        """(buckets of the policy's Hugging Face parameters, weights sequence number). The
+        buckets are the same on every learner: shapes are the full ones, also under ZeRO-3."""
+        params = self._hf_parameters()
+        plan = plan_buckets(((name, self.full_shape(p), p.element_size()) for name, p in params.items()), bucket_bytes)
+        return plan, self._weights_seq_no
+
+    def send_weight_bucket(self, bucket: list[Piece], transport: str):
+        """Learner rank 0 sends `bucket` and returns the transport's handle; the others return
+        None (under ZeRO-3 they take part in gathering the bucket's parameters)."""
+        params = self._hf_parameters()
+        with self.gathered([params[name] for name in dict.fromkeys(piece.name for piece in bucket)]):
+            if self.world_size() > 1 and torch.distributed.get_rank() != 0:
+                return None
+            return TRANSPORTS[transport]().send(bucket_tensors(bucket, params))
+
+    def _hf_parameters(self) -> dict[str, torch.Tensor]:
+        # Tied parameters (a tied lm_head) appear once, as vLLM expects.
+        return dict(self.module[DEFAULT_MODULE_ID].unwrapped().model.named_parameters())
+
+    @staticmethod
+    def full_shape(param: torch.Tensor) -> tuple[int, ...]:
+        """A parameter's shape (overridden where parameters are sharded)."""
+        return tuple(param.shape)
+
+    def gathered(self, params: list, modify: bool = False):
+        """A context in which `params` are whole (overridden where they are sharded)."""
+        return contextlib.nullcontext()
 
     # ----- state ---------------------------------------------------------------------------
     def get_state(self, components=None, *, not_components=None, **kwargs):

@@ -22,6 +22,9 @@ _DAPO_FIELDS = (
     (tag(Metrics.LEARNER, Metrics.ENTROPY), "entropy", "{:.3f}"),
     (tag(Metrics.LEARNER, Metrics.POLICY_LOSS), "loss", "{:+.4f}"),
     (tag(Metrics.LEARNER, Metrics.PG_CLIPFRAC_HIGH), "clip_high", "{:.3f}"),
+    (tag(Metrics.LEARNER, Metrics.ROLLOUT_LOGP_ABS_DIFF), "logp_diff", "{:.4f}"),
+    # Only there with rollout_correction="tis": the line shows that the correction is on.
+    (tag(Metrics.LEARNER, Metrics.ROLLOUT_IS_WEIGHT_MEAN), "tis_weight", "{:.3f}"),
     (tag(Metrics.LEARNER, Metrics.LR), "lr", "{:.2e}"),
 )
 

@@ -13,7 +13,7 @@ from dapo_rllib.dapo import group_episodes, informative_groups
 PAD = 0
 
 
-def episode(prompt, response, reward, group_id, *, truncated=False, acc=None):
+def episode(prompt, response, reward, group_id, *, truncated=False, acc=None, rollout_logp=None):
     ep = SingleAgentEpisode()
     ep.add_env_reset(observation=np.array(prompt))
     ep.add_env_step(
@@ -26,6 +26,7 @@ def episode(prompt, response, reward, group_id, *, truncated=False, acc=None):
             Extras.SCORE: reward,
             Extras.ACC: float(reward > 0) if acc is None else acc,
             Extras.TRUNCATED: truncated,
+            Extras.ROLLOUT_LOGP: np.full(len(response), -1.0, np.float32) if rollout_logp is None else np.asarray(rollout_logp, np.float32),
         },
     )
     return ep.to_numpy()
@@ -49,6 +50,11 @@ def test_padding_left_for_prompts_right_for_responses():
     np.testing.assert_array_equal(b[Columns.ACTIONS], [[8, PAD, PAD], [10, 11, 12]])
     np.testing.assert_array_equal(b[Columns.RESPONSE_MASK], [[1, 0, 0], [1, 1, 1]])
     np.testing.assert_array_equal(b[Columns.LOSS_MASK], b[Columns.RESPONSE_MASK])
+
+
+def test_vllm_log_probs_are_right_padded_with_the_responses():
+    eps = [episode([5], [8], 1.0, 0, rollout_logp=[-0.5]), episode([9], [10, 11, 12], -1.0, 0, rollout_logp=[-1.0, -2.0, -3.0])]
+    np.testing.assert_array_equal(run_pieces(eps)[Columns.ROLLOUT_LOGP], [[-0.5, 0, 0], [-1.0, -2.0, -3.0]])
 
 
 def test_group_advantages_per_group_broadcast_over_tokens():

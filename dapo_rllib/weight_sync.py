@@ -1,0 +1,153 @@
+"""Streamed weight sync: the learner's parameters reach the vLLM engines in bounded buckets.
+
+Three roles (`DAPO.sync_weights_to_env_runners` runs them):
+
+    learner     `plan_buckets` cuts its parameters into buckets of at most `bucket_bytes`;
+                per bucket it gathers the parameters (ZeRO-3), copies them out and `send`s them
+    transport   carries one bucket from learner rank 0 to every env runner (`WeightTransport`)
+    env runner  `receive`s a bucket, `BucketAssembler` joins the slices of split parameters,
+                and vLLM loads the complete ones while the next bucket is on its way
+
+So neither side ever holds a second full copy of the weights: the learner one bucket, the
+object store one or two, each env runner one bucket plus the layer vLLM is reloading.
+
+A parameter larger than a bucket is cut into row slices (dim 0) for the transport; the env
+runner joins them before vLLM loads it, because vLLM loads (and on CPU re-packs) a parameter
+whole. That parameter's size is then the env runner's floor, whatever the bucket.
+
+Transports: `ObjectStoreTransport` (Ray's object store) is the one built and measured; on this
+CPU machine it beat a gloo broadcast (`bench/weight_transport.py`). On GPUs the established
+frameworks broadcast over an NCCL group of learner rank 0 and the vLLM workers, or pass CUDA
+IPC handles when both share a GPU (SCALE.md §3): either is a `WeightTransport` whose handle is
+what the driver forwards to the env runners. Neither is built yet (no GPU to verify one on).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol
+
+import torch
+
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows [start, stop) of the parameter `name` (all of it when they cover its first dim)."""
+
+    name: str
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.stop == (self.shape[0] if self.shape else 1)
+
+
+def plan_buckets(parameters: Iterable[tuple[str, tuple[int, ...], int]], bucket_bytes: int) -> list[list[Piece]]:
+    """Cut `(name, shape, bytes per element)` parameters, in order, into buckets of at most
+    `bucket_bytes`. Parameters that fit are packed whole; a larger one gets buckets of its own,
+    each a slice of whole rows. Raises ValueError when a single row exceeds the bucket."""
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes={bucket_bytes} must be positive")
+    buckets: list[list[Piece]] = []
+    current: list[Piece] = []
+    used = 0
+    for name, shape, itemsize in parameters:
+        shape = tuple(int(d) for d in shape)
+        size = math.prod(shape) * itemsize
+        if size <= bucket_bytes:
+            if used + size > bucket_bytes:
+                buckets.append(current)
+                current, used = [], 0
+            current.append(Piece(name, shape, 0, shape[0] if shape else 1))
+            used += size
+            continue
+        row_bytes = math.prod(shape[1:]) * itemsize
+        if row_bytes > bucket_bytes:
+            raise ValueError(
+                f"parameter {name!r} {list(shape)} has rows of {row_bytes / MB:.1f} MB, more than the "
+                f"weight sync bucket of {bucket_bytes / MB:.1f} MB: raise weight_sync_bucket_mb"
+            )
+        if current:
+            buckets.append(current)
+            current, used = [], 0
+        rows = bucket_bytes // row_bytes
+        buckets.extend([Piece(name, shape, start, min(start + rows, shape[0]))] for start in range(0, shape[0], rows))
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def bucket_tensors(bucket: list[Piece], parameters: dict[str, torch.Tensor]) -> dict[Piece, torch.Tensor]:
+    """The bucket's slices of the (whole, gathered) `parameters`, copied out of the live model
+    so training cannot change them in flight."""
+    return {piece: parameters[piece.name].detach()[piece.start : piece.stop].to("cpu", copy=True) for piece in bucket}
+
+
+class WeightTransport(Protocol):
+    """Moves one bucket from learner rank 0 to every env runner.
+
+    `send` runs on learner rank 0 and returns a small handle; the driver forwards the handle
+    to each env runner, whose `receive` returns the bucket's tensors.
+    """
+
+    def send(self, tensors: dict[Piece, torch.Tensor]) -> Any: ...
+
+    def receive(self, handle: Any) -> dict[Piece, torch.Tensor]: ...
+
+
+class ObjectStoreTransport:
+    """Ray's object store: one `ray.put` per bucket; every runner reads it from shared memory
+    (same node, no copy) or through Ray's object transfer (other nodes)."""
+
+    def send(self, tensors: dict[Piece, torch.Tensor]) -> Any:
+        import ray
+
+        return ray.put({piece: tensor.numpy() for piece, tensor in tensors.items()})
+
+    def receive(self, handle: Any) -> dict[Piece, torch.Tensor]:
+        import ray
+
+        with warnings.catch_warnings():
+            # The arrays are read-only views of shared memory; the engine only copies from them.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return {piece: torch.from_numpy(array) for piece, array in ray.get(handle).items()}
+
+
+TRANSPORTS = {"object_store": ObjectStoreTransport}
+
+
+class BucketAssembler:
+    """Joins the slices of split parameters; hands out each parameter once it is complete."""
+
+    def __init__(self):
+        self._partial: dict[str, tuple[torch.Tensor, int]] = {}  # name -> (buffer, rows filled)
+
+    def add(self, tensors: dict[Piece, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+        """The parameters that `tensors` completes, as (name, tensor)."""
+        complete = []
+        for piece, tensor in tensors.items():
+            if tuple(tensor.shape[1:]) != piece.shape[1:] or tensor.shape[0] != piece.stop - piece.start:
+                raise ValueError(f"weight slice {piece} arrived with shape {list(tensor.shape)}")
+            if piece.whole:
+                complete.append((piece.name, tensor.reshape(piece.shape)))
+                continue
+            buffer, filled = self._partial.get(piece.name) or (torch.empty(piece.shape, dtype=tensor.dtype), 0)
+            buffer[piece.start : piece.stop] = tensor
+            filled += piece.stop - piece.start
+            if filled == piece.shape[0]:
+                del self._partial[piece.name]
+                complete.append((piece.name, buffer))
+            else:
+                self._partial[piece.name] = (buffer, filled)
+        return complete
+
+    def incomplete(self) -> list[str]:
+        """Parameters of which some slices have not arrived."""
+        return sorted(self._partial)
+
