@@ -450,7 +450,8 @@ class DAPOConfig(AlgorithmConfig):
         need(self.rollout_correction in core_algos.ROLLOUT_CORRECTIONS, f"rollout_correction={self.rollout_correction!r}; expected one of {core_algos.ROLLOUT_CORRECTIONS}")
         need(isinstance(self.rollout_is_cap, (int, float)) and self.rollout_is_cap >= 1, f"rollout_is_cap={self.rollout_is_cap!r} must be >= 1 (an importance weight cap)")
         need(
-            not self.async_rollout or self.num_env_runners >= 1,
+            # (An evaluation config has the evaluation runner count there; it does not train.)
+            not self.async_rollout or self.in_evaluation or self.num_env_runners >= 1,
             "async_rollout=True generates in env runner actors while the learner updates in this process: set num_env_runners >= 1 (with 0 the engine would share the driver with the learner and nothing would overlap)",
         )
 
@@ -499,12 +500,16 @@ class DAPO(Algorithm):
             self._evaluate_before_training()
         # RLlib's timers, per step (window 1) rather than smoothed: DAPO's steps differ a lot.
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER), reduce="mean", window=1):
-            groups, self._pending_groups = self._pending_groups or self._collect_groups(self.metrics), None
+            if not cfg.async_rollout:
+                groups = self._collect_groups(self.metrics)
+            elif self._pending_groups is not None:
+                groups, self._pending_groups = self._pending_groups, None
+            else:  # the first step of an async run
+                groups, stats = self._collect_groups_apart()
+                self.metrics.aggregate([stats])
         if cfg.async_rollout:
-            # The next batch, sampled with the weights the runners hold now, during the update.
-            # Its metrics go to a logger of its own: RLlib's MetricsLogger is not thread-safe.
-            next_metrics = MetricsLogger(root=True)
-            next_batch = self._generator.submit(self._collect_groups, next_metrics)
+            # The next batch, sampled during the update with the weights the runners hold now.
+            next_batch = self._generator.submit(self._collect_groups_apart)
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1):
             results = self.learner_group.update(
@@ -517,9 +522,9 @@ class DAPO(Algorithm):
 
         if cfg.async_rollout:
             start = time.perf_counter()
-            self._pending_groups = next_batch.result()
+            self._pending_groups, stats = next_batch.result()
+            self.metrics.aggregate([stats])
             self.metrics.log_value((TIMERS, Metrics.ASYNC_WAIT_S), time.perf_counter() - start, window=1)
-            self.metrics.aggregate([next_metrics.reduce()])
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
             self.sync_weights_to_env_runners()
 
@@ -644,6 +649,16 @@ class DAPO(Algorithm):
             metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
         metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out), reduce="sum")
         return [ep for episodes, _, _ in out for ep in episodes]
+
+    def _collect_groups_apart(self) -> tuple[list[list], dict]:
+        """`_collect_groups` with a logger of its own, returned reduced, to be merged into the
+        algorithm's with `aggregate` by the main thread: safe
+        in async_rollout's generation thread (RLlib's MetricsLogger is not thread-safe), and
+        used for every collection of an async run, since a key cannot be both logged and
+        merged into. Its rollout metrics are of the batch generated, trained the step after."""
+        metrics = MetricsLogger(root=True)
+        groups = self._collect_groups(metrics)
+        return groups, metrics.reduce()
 
     def _collect_groups(self, metrics: MetricsLogger) -> list[list]:
         """Generation rounds until `train_batch_size_prompts` informative groups (DAPO §2.2);

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dapo_rllib import core_algos
+from dapo_rllib.columns import Metrics
 from dapo_rllib.core_algos import (
     KL_PENALTY_KINDS,
     LOSS_AGG_MODES,
@@ -748,3 +749,53 @@ def test_kl_penalty_unknown_kind():
         kl_penalty(t([[0.0]]), t([[0.0]]), "k4")
     for kind in KL_PENALTY_KINDS:
         assert kind in str(err.value)
+
+
+# ----- rollout / learner mismatch -------------------------------------------------------
+
+
+def test_rollout_mismatch_is_the_masked_mean_and_max_of_the_absolute_difference():
+    old = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]])
+    rollout = torch.tensor([[-1.1, -2.0, -2.5], [-0.5, -0.8, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    metrics = core_algos.rollout_mismatch(old, rollout, mask)
+    # |diffs| on masked tokens: 0.1, 0, 0.5, 0, 0.3 (the padded 9.0 does not count)
+    assert metrics[Metrics.ROLLOUT_LOGP_ABS_DIFF].item() == pytest.approx(0.9 / 5)
+    assert metrics[Metrics.ROLLOUT_LOGP_ABS_DIFF_MAX].item() == pytest.approx(0.5)
+
+
+def test_truncated_importance_weights_by_hand():
+    # pi_old / pi_rollout = 0.5, 1, 1.5, 4 (capped at 2), and a padded position
+    old = torch.log(torch.tensor([[0.2, 0.3, 0.6, 0.8, 0.1]]))
+    rollout = torch.log(torch.tensor([[0.4, 0.3, 0.4, 0.2, 0.9]]))
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    weights, metrics = core_algos.rollout_correction_weights(old, rollout, mask, mode="tis", cap=2.0)
+    torch.testing.assert_close(weights, torch.tensor([[0.5, 1.0, 1.5, 2.0, 1.0]]))
+    assert not weights.requires_grad
+    assert metrics[Metrics.ROLLOUT_IS_WEIGHT_MEAN].item() == pytest.approx(5.0 / 4)
+    assert metrics[Metrics.ROLLOUT_IS_CAPPED_FRACTION].item() == pytest.approx(1 / 4)
+
+
+def test_no_correction_and_bad_settings():
+    x = torch.zeros(1, 2)
+    assert core_algos.rollout_correction_weights(x, x, torch.ones(1, 2), mode=None) == (None, {})
+    with pytest.raises(ValueError, match=r"rollout_correction='is'; expected one of \(None, 'tis'\)"):
+        core_algos.rollout_correction_weights(x, x, torch.ones(1, 2), mode="is")
+    with pytest.raises(ValueError, match="rollout_is_cap must be >= 1, got 0.5"):
+        core_algos.rollout_correction_weights(x, x, torch.ones(1, 2), cap=0.5)
+
+
+def test_weighting_the_advantage_weights_each_tokens_clipped_loss():
+    # The learner applies the TIS weight through the advantage: for PPO's clip (and dual
+    # clip) that is the weight times the token's loss, token by token.
+    torch.manual_seed(0)
+    logp, old = torch.randn(3, 5) * 0.5 - 1, torch.randn(3, 5) * 0.5 - 1
+    adv = torch.randn(3, 1).expand(3, 5).clone()
+    w = torch.rand(3, 5) * 2
+    mask = torch.ones(3, 5)
+    settings = dict(clip_eps_low=0.2, clip_eps_high=0.28, clip_ratio_c=3.0, loss_agg_mode="token-mean")
+    weighted, _ = core_algos.compute_policy_loss(logp, old, adv * w, mask, **settings)
+    per_token = torch.stack(
+        [torch.stack([core_algos.compute_policy_loss(logp[i:i+1, t:t+1], old[i:i+1, t:t+1], adv[i:i+1, t:t+1], mask[i:i+1, t:t+1], **settings)[0] for t in range(5)]) for i in range(3)]
+    )
+    torch.testing.assert_close(weighted, (per_token * w).mean())

@@ -9,6 +9,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 import dapo_rllib  # noqa: F401
 from dapo_rllib.columns import Metrics
 from dapo_rllib.dapo import DAPOConfig
+from dapo_rllib.progress import summary_line
 from dapo_rllib.rl_module import hf_weights
 
 # Parameters vLLM keeps under their Hugging Face names (it fuses q/k/v and gate/up).
@@ -74,6 +75,18 @@ def test_two_iterations_train_and_report_dapo_metrics(trained):
     assert lrs == pytest.approx([5e-4, 1e-3])
     changed = [k for k, v in learner_weights(trained["algo"]).items() if not np.array_equal(v, trained["initial_learner"][k])]
     assert "model.embed_tokens.weight" in changed
+
+
+def test_vllm_and_the_learner_agree_on_the_sampled_tokens_log_probs(trained):
+    # float32 on both sides, same weights (the batch gets two optimizer steps, so the old
+    # log-probs are recomputed by the learner before the first): only kernels differ.
+    for result in trained["results"]:
+        learner = result["learners"]["default_policy"]
+        assert 0 <= learner["rollout_logp_abs_diff"] <= learner["rollout_logp_abs_diff_max"]
+        assert learner["rollout_logp_abs_diff"] < 0.01
+        assert "rollout_is_weight_mean" not in learner  # rollout_correction is off by default
+        assert "tis_weight" not in summary_line(result)
+        assert result[Metrics.ROLLOUT]["weight_sync_buckets"] == 1  # the tiny model fits one 512 MB bucket
 
 
 def test_validation_runs_before_training_and_on_the_evaluation_interval(trained):

@@ -1,0 +1,88 @@
+"""The rollout side through RLlib's loop: weights streamed in small buckets, the truncated
+importance correction, generation overlapped with the update, and a dead env runner."""
+
+import numpy as np
+import pytest
+import ray
+from ray.rllib.algorithms.algorithm import Algorithm
+
+from dapo_rllib.columns import Metrics
+from dapo_rllib.progress import summary_line
+from dapo_rllib.rl_module import hf_weights
+from tests.test_dapo_integration import CHECKED, engine_weights, learner_weights, tiny_config, unpadded
+
+# 100 kB buckets: the tiny model's embedding (303 x 128 floats) and MLP matrices do not fit one,
+# so they travel in row slices and are joined by the env runner before vLLM loads them.
+SMALL_BUCKET_MB = 0.1
+
+
+@pytest.fixture(scope="module")
+def overlapped(ray_session, tiny_model_path, tmp_path_factory):
+    config = tiny_config(tiny_model_path, async_rollout=True, rollout_correction="tis", rollout_is_cap=2.0, weight_sync_bucket_mb=SMALL_BUCKET_MB)
+    algo = config.env_runners(num_env_runners=1).build_algo()
+    results = [algo.train() for _ in range(2)]
+    checkpoint = tmp_path_factory.mktemp("ckpt") / "async"
+    algo.save_to_path(str(checkpoint))
+    yield dict(algo=algo, results=results, checkpoint=checkpoint)
+    algo.stop()
+
+
+def test_small_buckets_stream_every_parameter_into_the_engine(overlapped):
+    algo = overlapped["algo"]
+    assert overlapped["results"][-1][Metrics.ROLLOUT]["weight_sync_buckets"] > 10
+    engine = engine_weights(algo)
+    learner = hf_weights({f"model.{k}": v for k, v in learner_weights(algo).items()})
+    for name in CHECKED:
+        np.testing.assert_allclose(unpadded(engine[name], learner[name]), learner[name], rtol=0, atol=1e-6, err_msg=name)
+
+
+def test_tis_weights_are_reported_and_named_in_the_summary_line(overlapped):
+    for result in overlapped["results"]:
+        learner = result["learners"]["default_policy"]
+        assert 0 < learner["rollout_is_weight_mean"] <= 2.0
+        assert 0 <= learner["rollout_is_capped_fraction"] <= 1
+        assert learner["rollout_logp_abs_diff"] <= learner["rollout_logp_abs_diff_max"]
+        assert "tis_weight" in summary_line(result)
+
+
+def test_async_batches_are_one_update_stale(overlapped):
+    first, second = overlapped["results"]
+    # Step 1 trains a batch sampled before any update, step 2 the batch sampled during step
+    # 1's update with the initial weights, which the learner has moved on from: the mismatch
+    # grows by one update's worth.
+    assert second["learners"]["default_policy"]["rollout_logp_abs_diff"] > 10 * first["learners"]["default_policy"]["rollout_logp_abs_diff"]
+    assert second["timers"][Metrics.ASYNC_WAIT_S] >= 0
+
+
+def test_async_run_resumes_exactly_with_its_prefetched_batch(overlapped):
+    restored = Algorithm.from_checkpoint(str(overlapped["checkpoint"]))
+    try:
+        resumed = restored.train()
+        resumed_weights = learner_weights(restored)
+    finally:
+        restored.stop()
+    continued = overlapped["algo"].train()
+    assert resumed["training_iteration"] == continued["training_iteration"] == 3
+    for key in ("acc_mean", "reward_mean", "response_length_mean", "groups_generated"):
+        assert resumed[Metrics.ROLLOUT][key] == continued[Metrics.ROLLOUT][key], key
+    r, c = resumed["learners"]["default_policy"], continued["learners"]["default_policy"]
+    for key in ("policy_loss", "grad_norm", "rollout_logp_abs_diff", "rollout_is_weight_mean"):
+        assert r[key] == pytest.approx(c[key], rel=1e-5, abs=1e-7), key
+    for name, value in learner_weights(overlapped["algo"]).items():
+        np.testing.assert_allclose(resumed_weights[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_a_killed_env_runner_stops_the_run_with_its_name(ray_session, tiny_model_path):
+    algo = tiny_config(tiny_model_path).env_runners(num_env_runners=2).build_algo()
+    try:
+        victim = algo.env_runner_group._worker_manager._actors[2]
+        ray.kill(victim, no_restart=True)
+        with pytest.raises(RuntimeError, match=r"env runner\(s\) \[2\] did not answer"):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+def test_async_rollout_needs_env_runner_actors(tiny_model_path):
+    with pytest.raises(ValueError, match="async_rollout=True .* set num_env_runners >= 1"):
+        tiny_config(tiny_model_path, async_rollout=True).env_runners(num_env_runners=0).validate()
