@@ -3,7 +3,10 @@
 A run goes either in process (`no_tune=True`: build the algorithm, call `train()` until a stop
 criterion is met) or as a Ray Tune experiment (one trial per sample of the config's search
 space). Both write into `<storage_path>/<name>`: checkpoints, DAPO's TensorBoard event files
-and its plot. The run ends with a table of trials and, for DAPO, the line
+and its plot. `storage_path` is a local (or shared) directory or a URI that pyarrow opens
+(`s3://...`, `gs://...`): Tune gets a URI unchanged; an in-process run writes into a local copy
+of the run directory and uploads it (each checkpoint when saved, the rest at the end). The
+run ends with a table of trials and, for DAPO, the line
 
     validation <data source>/avg@n: <before training> -> <after training>
 """
@@ -14,6 +17,7 @@ import argparse
 import json
 import math
 import runpy
+import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -72,12 +76,12 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--stop", type=json_dict, default=None, help='stop criteria as JSON, e.g. \'{"training_iteration": 20}\' (default: the file\'s `stop`)')
     parser.add_argument("--config", dest="config_overrides", type=json_dict, default=None, help='settings that replace the file\'s, as JSON, e.g. \'{"lr": 1e-5, "num_env_runners": 0}\'')
     parser.add_argument("--no-tune", action="store_true", help="train in this process instead of as a Ray Tune experiment")
-    parser.add_argument("--storage-path", default="runs", help="parent directory of the run directory (default: ./runs)")
+    parser.add_argument("--storage-path", default="runs", help="parent directory of the run directory: a path every node can reach, or a URI such as s3://bucket/runs (default: ./runs)")
     parser.add_argument("--name", default=None, help="run (experiment) name; default <Algorithm>_<date>_<time>")
     parser.add_argument("--checkpoint-freq", type=int, default=0, help="save a checkpoint every N iterations (0: never)")
     parser.add_argument("--checkpoint-at-end", action=argparse.BooleanOptionalAction, default=True, help="save a checkpoint when the run stops (default: on)")
     parser.add_argument("--num-samples", type=int, default=1, help="Tune: samples of the config's search space (each grid point this many times)")
-    parser.add_argument("--restore", default=None, help="checkpoint to resume from: iteration counter, weights, optimizer, data position")
+    parser.add_argument("--restore", default=None, help="checkpoint (directory or URI) to resume from: iteration counter, weights, optimizer, data position")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all)")
     return parser
 
@@ -124,6 +128,40 @@ def load_config_file(path: str | Path) -> tuple[AlgorithmConfig, dict | None]:
     return config, stop
 
 
+def is_uri(path: str | Path) -> bool:
+    """A location such as s3://bucket/runs, which pyarrow opens and Path would mangle."""
+    return "://" in str(path)
+
+
+def _exists(path: str) -> bool:
+    import pyarrow.fs
+
+    if not is_uri(path):
+        return Path(path).is_dir()
+    fs, fs_path = pyarrow.fs.FileSystem.from_uri(path)
+    return fs.get_file_info(fs_path).type == pyarrow.fs.FileType.Directory
+
+
+def upload(local_path: Path, uri: str) -> None:
+    """Copy a local file or directory to `uri` (s3://, gs://, file://, ...)."""
+    import pyarrow.fs
+
+    pyarrow.fs.copy_files(str(local_path), uri)
+
+
+def local_checkpoint(path: str) -> str:
+    """`path`, or for a URI a copy downloaded to a local temporary directory: RLlib hands a
+    checkpoint to learner actors on other machines by copying a local directory between nodes
+    (`sync_dir_between_nodes`), which a URI is not."""
+    if not is_uri(path):
+        return path
+    import pyarrow.fs
+
+    local = tempfile.mkdtemp(prefix="dapo_rllib_restore_")
+    pyarrow.fs.copy_files(path, local)
+    return local
+
+
 def search_space_keys(config: AlgorithmConfig) -> list[str]:
     """Settings of `config` that Tune samples (grid_search, choice, ...)."""
     return [k for k, v in config.to_dict().items() if isinstance(v, Domain) or (isinstance(v, dict) and "grid_search" in v)]
@@ -133,21 +171,31 @@ def train(config: AlgorithmConfig, opts: TrainOptions) -> list[TrialOutcome]:
     """Run `config` until `opts.stop`; print the trial table and where everything went."""
     if not opts.stop:
         raise ValueError("no stop criteria: pass --stop '{\"training_iteration\": N}' or define `stop` in the config file")
-    if opts.restore is not None and not Path(opts.restore).is_dir():
+    if opts.restore is not None and not _exists(opts.restore):
         raise FileNotFoundError(f"checkpoint to restore {opts.restore!r} does not exist")
     if opts.config_overrides:
         config = with_overrides(config, opts.config_overrides)
     name = opts.name or f"{config.algo_class.__name__}_{time.strftime('%Y%m%d_%H%M%S')}"
-    run_dir = Path(opts.storage_path).resolve() / name
+    # A URI goes to Tune (and to the upload of an in-process run) unchanged; the driver writes
+    # its own files (in-process checkpoints and TensorBoard files, trials.json, the plot) into
+    # a local run directory, which for a URI is a staging copy uploaded to `remote`.
+    storage = opts.storage_path.rstrip("/") if is_uri(opts.storage_path) else str(Path(opts.storage_path).resolve())
+    remote = f"{storage}/{name}" if is_uri(storage) else None
+    run_dir = Path(tempfile.gettempdir()) / "dapo_rllib_runs" / name if remote else Path(storage) / name
     ray.init(num_cpus=opts.num_cpus, ignore_reinit_error=True, include_dashboard=False)
     searched = search_space_keys(config)
     if opts.no_tune:
         if searched or opts.num_samples != 1:
             raise ValueError(f"--no-tune trains one config; the search space over {searched} (num_samples={opts.num_samples}) needs Ray Tune (drop --no-tune)")
-        outcomes = [_train_in_process(config, opts, run_dir)]
+        outcomes = [_train_in_process(config, opts, run_dir, remote)]
     else:
-        outcomes = _train_with_tune(config, opts, run_dir, searched)
-    print_report(outcomes, searched, run_dir)
+        outcomes = _train_with_tune(config, opts, storage, name, searched)
+    print_report(outcomes, searched, run_dir, remote)
+    if remote:
+        # Checkpoints went up when saved.
+        for item in run_dir.iterdir():
+            if not item.name.startswith("checkpoint_"):
+                upload(item, f"{remote}/{item.name}")
     return outcomes
 
 
@@ -165,7 +213,7 @@ def _is_dapo(config: AlgorithmConfig) -> bool:
     return isinstance(config, DAPOConfig)
 
 
-def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path) -> TrialOutcome:
+def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path, remote: str | None = None) -> TrialOutcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     config = config.copy(copy_frozen=False)
     if _is_dapo(config):
@@ -173,7 +221,7 @@ def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path
     print(f"building {config.algo_class.__name__} ...", flush=True)
     algo = config.build_algo()
     if opts.restore:
-        algo.restore_from_path(opts.restore)
+        algo.restore_from_path(local_checkpoint(opts.restore))
         print(f"resumed from {opts.restore} at iteration {algo.iteration}", flush=True)
     last: dict[str, Any] = {}
     checkpoint = None
@@ -187,6 +235,9 @@ def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path
             if (opts.checkpoint_freq and iteration % opts.checkpoint_freq == 0) or (done and opts.checkpoint_at_end):
                 checkpoint = str(run_dir / f"checkpoint_{iteration:06d}")
                 algo.save_to_path(checkpoint)
+                if remote:
+                    upload(Path(checkpoint), f"{remote}/{Path(checkpoint).name}")
+                    checkpoint = f"{remote}/{Path(checkpoint).name}"
                 print(f"checkpoint: {checkpoint}", flush=True)
             if done:
                 break
@@ -197,7 +248,7 @@ def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path
             last.update(flatten_dict({EVALUATION_RESULTS: final}))
     finally:
         algo.stop()
-    return TrialOutcome(name=run_dir.name, params={}, iterations=iteration, logdir=str(run_dir), checkpoint=checkpoint, last=last)
+    return TrialOutcome(name=run_dir.name, params={}, iterations=iteration, logdir=remote or str(run_dir), checkpoint=checkpoint, last=last)
 
 
 def _reported(flat: dict[str, Any]) -> dict[str, Any]:
@@ -217,19 +268,20 @@ def _stop_reached(result: dict, stop: dict[str, float]) -> bool:
 
 
 def _restore_on_init(checkpoint: str, algorithm, **kwargs) -> None:
-    algorithm.restore_from_path(checkpoint)
+    algorithm.restore_from_path(local_checkpoint(checkpoint))  # in the trial, on whichever node
 
 
-def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path, searched: list[str]) -> list[TrialOutcome]:
+def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, storage: str, name: str, searched: list[str]) -> list[TrialOutcome]:
     if opts.restore:
-        config = config.copy(copy_frozen=False).callbacks(on_algorithm_init=partial(_restore_on_init, str(Path(opts.restore).resolve())))
+        restore = opts.restore if is_uri(opts.restore) else str(Path(opts.restore).resolve())
+        config = config.copy(copy_frozen=False).callbacks(on_algorithm_init=partial(_restore_on_init, restore))
     tuner = tune.Tuner(
         config.algo_class,
         param_space=config,
         tune_config=tune.TuneConfig(num_samples=opts.num_samples),
         run_config=tune.RunConfig(
-            name=run_dir.name,
-            storage_path=str(run_dir.parent),
+            name=name,
+            storage_path=storage,
             stop=opts.stop,
             checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=opts.checkpoint_freq, checkpoint_at_end=opts.checkpoint_at_end),
             callbacks=[IterationSummary(), TensorBoardCallback()],
@@ -249,16 +301,22 @@ def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path,
                 name=str(last.get("trial_id", Path(result.path).name)),
                 params={k: result.config.get(k) for k in searched},
                 iterations=int(last.get("training_iteration", 0)),
-                logdir=result.path,
-                checkpoint=result.checkpoint.path if result.checkpoint else None,
+                logdir=_as_uri(result.path, storage),
+                checkpoint=_as_uri(result.checkpoint.path, storage) if result.checkpoint else None,
                 last=last,
             )
         )
     return outcomes
 
 
-def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Path) -> None:
-    """The trial table, the eval accuracy line, and where logs, plot and checkpoints went."""
+def _as_uri(fs_path: str, storage: str) -> str:
+    """Tune's result paths drop the URI scheme ("bucket/runs/..."): put the storage's back."""
+    return f"{storage.split('://', 1)[0]}://{fs_path}" if is_uri(storage) else fs_path
+
+
+def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Path, remote: str | None = None) -> None:
+    """The trial table, the eval accuracy line, and where logs, plot and checkpoints went
+    (`run_dir`: the local run directory; `remote`: the URI it is uploaded to, if any)."""
     validated = sorted({name for o in outcomes for name in o.eval_before | o.eval_after})
     columns = ["trial", *searched, "iters", *(f"{name} {when}" for name in validated for when in ("before", "after")), "episode return"]
     rows = [
@@ -272,11 +330,14 @@ def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Pat
         for o in outcomes
     ]
     print("\n" + format_table([columns, *rows]))
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "trials.json").write_text(json.dumps([o.__dict__ | {"last": {k: _jsonable(v) for k, v in o.last.items()}} for o in outcomes], indent=1, default=str))
     print()
-    print(f"run directory:  {run_dir}  (trial table: trials.json)")
-    if any(run_dir.rglob("events.out.tfevents.*")):
-        print(f"TensorBoard:    tensorboard --logdir {run_dir}")
+    print(f"run directory:  {remote or run_dir}  (trial table: trials.json)")
+    # Tune trials' event files went to the storage path (Tune syncs them there), an in-process
+    # run's are in run_dir (uploaded next, for a URI).
+    if any(run_dir.rglob("events.out.tfevents.*")) or (remote and any(o.logdir != remote for o in outcomes)):
+        print(f"TensorBoard:    tensorboard --logdir {remote or run_dir}")
     from dapo_rllib.plot import find_runs, plot_run
 
     if find_runs(run_dir):  # DAPO runs; other algorithms have no DAPO curves to draw

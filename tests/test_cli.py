@@ -98,6 +98,19 @@ def test_ppo_cartpole_trains_as_a_tune_experiment(tmp_path):
     assert len(checkpoints) == 1, out[-3000:]
 
 
+def test_a_storage_uri_receives_checkpoints_and_the_trial_table_and_resumes(tmp_path):
+    # file:// stands in for s3:// or gs://: the same pyarrow filesystem path, no credentials.
+    store = tmp_path / "store"
+    out = run_ok("train", "file", PPO, "--no-tune", "--stop", '{"training_iteration": 1}', "--name", "ppo", "--num-cpus", "2", "--storage-path", f"file://{store}", cwd=tmp_path)
+    assert (store / "ppo" / "checkpoint_000001" / "rllib_checkpoint.json").is_file()
+    assert json.loads((store / "ppo" / "trials.json").read_text())[0]["iterations"] == 1
+    assert f"run directory:  file://{store}/ppo" in out
+    assert not any(tmp_path.glob("file:*")), "the URI must not become a local directory"
+    out = run_ok("train", "file", PPO, "--no-tune", "--stop", '{"training_iteration": 2}', "--name", "ppo2", "--num-cpus", "2",
+                 "--storage-path", f"file://{store}", "--restore", f"file://{store}/ppo/checkpoint_000001", cwd=tmp_path)
+    assert "at iteration 1" in out and (store / "ppo2" / "checkpoint_000002").is_dir()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
