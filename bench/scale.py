@@ -8,6 +8,12 @@ env runner and the learner in this process, and reports per workload:
 
     num_parameters, vocab_size
     step_s, generation_s, old_logp_s, update_s, weight_sync_s   mean over the steps after the first
+    async_step_s           step_s again with async_rollout=True (generation during the update)
+    rollout_logp_abs_diff  mean |learner old log-prob - vLLM's| per token (and its max)
+    weight_sync_peak_extra_gb   memory one weight sync adds on top of the resident weights:
+                           peak minus resident before, of the learner and env runner processes
+                           together (shared object-store pages count in both)
+    kv_cache_gb            the env runner's vLLM KV cache
     peak_rss_learner_gb, peak_rss_env_runner_gb                   peak resident memory per process
     padding_fraction       padded / all token positions of the learner's forward passes
     framework_overhead     one DAPO update / a bare PyTorch forward + backward + AdamW step over
@@ -23,6 +29,9 @@ import argparse
 import json
 import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +83,42 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def config_for(workload: Workload, model_path: Path) -> DAPOConfig:
+def _status_gb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 2**20
+
+
+def start_peak_window(_=None) -> float:
+    """Reset this process's peak RSS (VmHWM) to its current RSS; returns that RSS in GB."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_gb("VmRSS")
+
+
+def peak_in_window(_=None) -> float:
+    return _status_gb("VmHWM")
+
+
+def weight_sync_peak_extra_gb(algo) -> tuple[float, float]:
+    """(GB one more weight sync adds at its peak in the learner and env runner processes,
+    its wall seconds)."""
+    runners = algo.env_runner_group
+    before = start_peak_window() + sum(runners.foreach_env_runner(start_peak_window, local_env_runner=False))
+    start = time.perf_counter()
+    algo.sync_weights_to_env_runners()
+    elapsed = time.perf_counter() - start
+    return peak_in_window() + sum(runners.foreach_env_runner(peak_in_window, local_env_runner=False)) - before, elapsed
+
+
+def kv_cache_gb(runner) -> float:
+    """The KV cache vLLM's CPU backend reserved in the env runner (VLLM_CPU_KVCACHE_SPACE GiB,
+    which `import dapo_rllib` defaults to 1)."""
+    import vllm.envs
+
+    return float(vllm.envs.VLLM_CPU_KVCACHE_SPACE or 0) * 2**30 / 1e9
+
+
+def config_for(workload: Workload, model_path: Path, async_rollout: bool = False) -> DAPOConfig:
     return (
         DAPOConfig()
         .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
@@ -94,6 +138,7 @@ def config_for(workload: Workload, model_path: Path) -> DAPOConfig:
             gradient_checkpointing=workload.gradient_checkpointing,
             lr=1e-6,
             lr_warmup_steps=0,
+            async_rollout=async_rollout,
         )
         .debugging(seed=0)
     )
@@ -129,21 +174,37 @@ def bare_step_s(model_path: Path, sequences: list[tuple[list[int], list[int]]], 
     return time.perf_counter() - start
 
 
-def run_workload(name: str, workload: Workload, steps: int) -> dict:
-    tokenizer_path = ensure_tiny_model()
-    model_path = build_random_model(default_cache_dir() / f"random-qwen2-{name}", workload.shape, tokenizer_path)
-    config = config_for(workload, model_path)
-    algo = config.build_algo()
+def train_steps(algo, name: str, steps: int) -> dict:
+    """Mean figures of `steps` training steps, the first (warm-up) left out when there are more."""
     rows = []
     for step in range(1, steps + 1):
         start = time.perf_counter()
         scalars = readable_scalars(algo.train())
         row = {"step_s": time.perf_counter() - start} | {key: scalars.get(tag(Metrics.TIMING, metric), 0.0) for key, metric in PHASES.items()}
         row["padding_fraction"] = scalars[tag(Metrics.LEARNER, Metrics.PADDING_FRACTION)]
+        for metric in (Metrics.ROLLOUT_LOGP_ABS_DIFF, Metrics.ROLLOUT_LOGP_ABS_DIFF_MAX):
+            row[metric] = scalars[tag(Metrics.LEARNER, metric)]
         rows.append(row)
         print(f"[{name}] step {step}: " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()), flush=True)
-    measured = rows[1:] or rows  # the first step includes warm-up
-    figures = {key: statistics.mean(r[key] for r in measured) for key in rows[0]}
+    measured = rows[1:] or rows
+    return {key: statistics.mean(r[key] for r in measured) for key in rows[0]}
+
+
+def async_step_s(name: str, steps: int, smoke: bool) -> float:
+    """step_s of the workload with async_rollout=True, in a process of its own (a second
+    learner in this one would add its memory to this one's figures)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "async.json"
+        command = [sys.executable, __file__, "--async-only", "--steps", str(steps), "--json", str(out)]
+        subprocess.run(command + (["--smoke"] if smoke else ["--workload", name]), check=True)
+        return json.loads(out.read_text())["async_step_s"]
+
+
+def run_workload(name: str, workload: Workload, steps: int, model_path: Path) -> dict:
+    algo = config_for(workload, model_path).build_algo()
+    figures = train_steps(algo, name, steps)
+    sync_extra_gb, sync_s = weight_sync_peak_extra_gb(algo)
+    kv_gb = algo.env_runner_group.foreach_env_runner(kv_cache_gb, local_env_runner=False)[0]
 
     # One more batch, timed as a learner update and as a bare PyTorch step on the same sequences.
     episodes = [ep for shard in algo.env_runner_group.foreach_env_runner(lambda r: r.sample(num_prompts=workload.prompts), local_env_runner=False) for ep in shard]
@@ -171,6 +232,10 @@ def run_workload(name: str, workload: Workload, steps: int) -> dict:
         "gradient_checkpointing": workload.gradient_checkpointing,
         "response_tokens": sum(len(r) for _, r in sequences),
         **figures,
+        "weight_sync_bucket_mb": algo.config.weight_sync_bucket_mb,
+        "weight_sync_peak_extra_gb": sync_extra_gb,
+        "weight_sync_once_s": sync_s,
+        "kv_cache_gb": kv_gb,
         "peak_rss_learner_gb": peak_learner,
         "peak_rss_env_runner_gb": peak_env_runner,
         "update_once_s": update_s,
@@ -185,17 +250,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--smoke", action="store_true", help="one step of a small shape (CI: the benchmark still runs)")
+    parser.add_argument("--async-only", action="store_true", help=argparse.SUPPRESS)  # see async_step_s
     args = parser.parse_args()
 
-    ray.init(num_cpus=2, include_dashboard=False)
     if args.smoke:
         runs = {"smoke": (SMOKE, 1)}
     else:
         runs = {name: (w, args.steps) for name, w in WORKLOADS.items() if args.workload in (name, "all")}
+    models = {name: build_random_model(default_cache_dir() / f"random-qwen2-{name}", w.shape, ensure_tiny_model()) for name, (w, _) in runs.items()}
+    # A cluster of its own (address="local"), not one another job on this machine started.
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    if args.async_only:
+        ((name, (workload, steps)),) = runs.items()
+        algo = config_for(workload, models[name], async_rollout=True).build_algo()
+        args.json.write_text(json.dumps({"async_step_s": train_steps(algo, f"{name} async", steps)["step_s"]}))
+        algo.stop()
+        ray.shutdown()
+        return
     # Peak RSS is a high-water mark of this process: the smaller workload runs first, and
     # `--workload` gives each its own process.
-    results = [run_workload(name, workload, steps) for name, (workload, steps) in runs.items()]
+    results = [run_workload(name, workload, steps, models[name]) for name, (workload, steps) in runs.items()]
     ray.shutdown()
+    for result, (name, (_, steps)) in zip(results, runs.items()):
+        result["async_step_s"] = async_step_s(name, steps, args.smoke)
     for result in results:
         print(json.dumps(result, indent=1))
     if args.json:

@@ -570,8 +570,8 @@ class DAPO(Algorithm):
         generation round must use the new weights.
 
         Bucket by bucket (`dapo_rllib.weight_sync`): learner rank 0 sends one (all learners
-        gather it under ZeRO-3), every engine loads it, then the next; a bucket is freed as soon
-        as the engines have it.
+        gather it under ZeRO-3) while the engines load the one before, so at most two buckets
+        are in flight; a bucket is freed as soon as every engine has it.
         """
         bucket_bytes = self.config.weight_sync_bucket_bytes
         plan, seq_no = self._on_learners(lambda learner: learner.weight_sync_plan(bucket_bytes))[0]
@@ -581,11 +581,21 @@ class DAPO(Algorithm):
             targets = [(self.env_runner_group, env_runner_ids)]
         for group, ids in targets:
             on_env_runners(group, lambda runner: runner.begin_weight_update(), ids)
-        for bucket in plan:
-            (handle,) = [h for h in self._on_learners(lambda learner, b=bucket: learner.send_weight_bucket(b, WEIGHT_TRANSPORT)) if h is not None]
+
+        def load_everywhere(handle) -> None:
             for group, ids in targets:
-                on_env_runners(group, lambda runner, h=handle: runner.load_weight_bucket(h, WEIGHT_TRANSPORT), ids)
-            del handle  # the bucket leaves the object store once no one holds it
+                on_env_runners(group, lambda runner: runner.load_weight_bucket(handle, WEIGHT_TRANSPORT), ids)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-weight-load") as loader:
+            loading = None
+            for bucket in plan:
+                (handle,) = [h for h in self._on_learners(lambda learner, b=bucket: learner.send_weight_bucket(b, WEIGHT_TRANSPORT)) if h is not None]
+                if loading is not None:
+                    loading.result()
+                # The bucket leaves the object store once the engines have it (nothing else holds it).
+                loading, handle = loader.submit(load_everywhere, handle), None
+            if loading is not None:
+                loading.result()
         for group, ids in targets:
             on_env_runners(group, lambda runner: runner.finish_weight_update(seq_no), ids)
         self.metrics.log_value((Metrics.ROLLOUT, Metrics.WEIGHT_SYNC_BUCKETS), len(plan), window=1)
