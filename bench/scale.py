@@ -272,7 +272,14 @@ def main() -> None:
     results = [run_workload(name, workload, steps, models[name]) for name, (workload, steps) in runs.items()]
     ray.shutdown()
     for result, (name, (_, steps)) in zip(results, runs.items()):
-        result["async_step_s"] = async_step_s(name, steps, args.smoke)
+        try:
+            result["async_step_s"] = async_step_s(name, steps, args.smoke)
+        except subprocess.CalledProcessError as error:
+            if args.smoke:  # CI: the benchmark must not rot
+                raise
+            # Reported, and the other figures kept (a run of an hour is not thrown away).
+            print(f"[{name}] the async_rollout run failed (exit {error.returncode}): see its output above", flush=True)
+            result["async_step_s"] = None
     for result in results:
         print(json.dumps(result, indent=1))
     if args.json:

@@ -449,4 +449,24 @@ def _finish_reload(worker) -> list[str]:
 
     model = worker.model_runner.get_model()
     finalize_layerwise_reload(model, worker.model_runner.vllm_config.model_config)
+    _reprocess_tied_layers(model)
     return [name for name, _ in model.named_parameters()]
+
+
+def _reprocess_tied_layers(model) -> None:
+    """Process again every layer whose weight is another's (a tied output head).
+
+    vLLM's reload processes a layer when its own parameters arrive; a tied head receives none,
+    yet on CPU it keeps a packed copy of the embedding for its matmul, which would go on
+    computing logits with the old weights (measured: mean |log-prob difference| 0.02 after one
+    reload, instead of 5e-7).
+    """
+    layers_by_weight: dict[int, list] = {}
+    for layer in model.modules():
+        weight = layer._parameters.get("weight")
+        if weight is not None and getattr(layer, "quant_method", None) is not None:
+            layers_by_weight.setdefault(id(weight), []).append(layer)
+    for layers in layers_by_weight.values():
+        if len(layers) > 1:
+            for layer in layers:
+                layer.quant_method.process_weights_after_loading(layer)

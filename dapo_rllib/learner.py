@@ -140,8 +140,12 @@ class DAPOTorchLearner(TorchLearner):
         logp = fwd_out[Columns.LOGP]
         # One optimizer step per batch: the old policy is the current one (ratio 1), no recompute.
         old_logp = batch[Columns.OLD_LOGP] if config.recomputes_old_logp else logp.detach()
-        rollout_metrics = core_algos.rollout_mismatch(old_logp, batch[Columns.ROLLOUT_LOGP], mask)
-        weights, correction_metrics = core_algos.rollout_correction_weights(old_logp, batch[Columns.ROLLOUT_LOGP], mask, mode=config.rollout_correction, cap=config.rollout_is_cap)
+        rollout_logp = batch.get(Columns.ROLLOUT_LOGP)
+        if rollout_logp is None and config.rollout_correction is not None:
+            raise ValueError(f"rollout_correction={config.rollout_correction!r} needs the sampler's log-probs: the batch has no {Columns.ROLLOUT_LOGP!r} column")
+        # A batch built elsewhere (not by VLLMEnvRunner) may carry no sampler log-probs.
+        rollout_metrics = {} if rollout_logp is None else core_algos.rollout_mismatch(old_logp, rollout_logp, mask)
+        weights, correction_metrics = core_algos.rollout_correction_weights(old_logp, rollout_logp, mask, mode=config.rollout_correction, cap=config.rollout_is_cap) if rollout_logp is not None else (None, {})
         advantages = batch[Columns.ADVANTAGES] if weights is None else batch[Columns.ADVANTAGES] * weights
         loss, metrics = core_algos.policy_loss_fn(config.policy_loss)(
             logp,
