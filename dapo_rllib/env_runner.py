@@ -359,10 +359,13 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     def load_weight_bucket(self, handle, transport: str = "object_store") -> None:
         """Receive one bucket and load the parameters it completes."""
-        assembler, loaded, _ = self._open_update()
-        complete = assembler.add(TRANSPORTS[transport]().receive(handle))
-        if complete:
-            loaded.update(self.llm.collective_rpc(_load_into_model, kwargs={"weights": complete})[0])
+        assembler = self._open_update()[0]
+        self._load_complete(assembler.add(TRANSPORTS[transport]().receive(handle)))
+
+    def _load_complete(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        """Hand whole (HF name, tensor) parameters to the engine; records what they filled."""
+        if weights:
+            self._open_update()[1].update(self.llm.collective_rpc(_load_into_model, kwargs={"weights": weights})[0])
 
     def finish_weight_update(self, seq_no: int) -> None:
         """Close the update; raises unless every engine parameter got new values."""
@@ -385,8 +388,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
     def load_weights(self, state_dict: dict[str, Any], seq_no: int | None = None) -> None:
         """Load a whole Hugging Face-named state dict that is already in this process."""
         self.begin_weight_update()
-        weights = [(name, torch.as_tensor(value)) for name, value in state_dict.items()]
-        self._weight_update[1].update(self.llm.collective_rpc(_load_into_model, kwargs={"weights": weights})[0])
+        self._load_complete([(name, torch.as_tensor(value)) for name, value in state_dict.items()])
         self.finish_weight_update(self._weights_seq_no if seq_no is None else seq_no)
 
     def engine_parameters(self, names: list[str]) -> dict[str, np.ndarray]:
