@@ -207,7 +207,8 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
     kv_gb = algo.env_runner_group.foreach_env_runner(kv_cache_gb, local_env_runner=False)[0]
 
     # One more batch, timed as a learner update and as a bare PyTorch step on the same sequences.
-    episodes = [ep for shard in algo.env_runner_group.foreach_env_runner(lambda r: r.sample(num_prompts=workload.prompts), local_env_runner=False) for ep in shard]
+    batch = [(problem, 10**6 + problem) for problem in range(workload.prompts)]  # (problem index, group id)
+    episodes = [ep for shard in algo.env_runner_group.foreach_env_runner(lambda r: r.sample(requests=batch), local_env_runner=False) for ep in shard]
     start = time.perf_counter()
     algo.learner_group.update(episodes=episodes, minibatch_size=len(episodes), num_epochs=1, shuffle_batch_per_epoch=False, timesteps={})
     update_s = time.perf_counter() - start

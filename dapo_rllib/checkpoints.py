@@ -20,11 +20,42 @@ def _checked(path: str | Path) -> Path:
     return path
 
 
+def _ctor_info(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's class_and_ctor_args.pkl: {"class": the algorithm class, "ctor_args_and_kwargs": ...}."""
+    file = _checked(path) / "class_and_ctor_args.pkl"
+    try:
+        with open(file, "rb") as f:
+            ctor = pickle.load(f)
+    except (ImportError, AttributeError) as error:
+        # The class is pickled by reference: its module must be importable here.
+        raise ValueError(f"cannot read the algorithm class of checkpoint {str(path)!r} ({error}); expected a class importable in this environment") from None
+    if not isinstance(ctor, dict) or not isinstance(ctor.get("class"), type) or "ctor_args_and_kwargs" not in ctor:
+        raise ValueError(f"{str(file)!r} is not an RLlib class_and_ctor_args.pkl; expected a dict with 'class' and 'ctor_args_and_kwargs'")
+    return ctor
+
+
+def checkpoint_algorithm(path: str | Path) -> type:
+    """The algorithm class that wrote a checkpoint (what ``Algorithm.from_checkpoint`` builds)."""
+    return _ctor_info(path)["class"]
+
+
+def check_checkpoint_algorithm(path: str | Path, expected: type, action: str) -> None:
+    """Refuse a checkpoint written by another algorithm than ``expected`` (or a subclass).
+
+    Raises:
+        FileNotFoundError: ``path`` is not an algorithm checkpoint.
+        ValueError: The checkpoint is another algorithm's; the message names both.
+    """
+    found = checkpoint_algorithm(path)
+    if not issubclass(found, expected):
+        raise ValueError(
+            f"{str(path)!r} is a checkpoint of {found.__name__}, but {action} needs a {expected.__name__} checkpoint"
+        )
+
+
 def checkpoint_config(path: str | Path) -> AlgorithmConfig:
     """The AlgorithmConfig a checkpoint was saved with."""
-    with open(_checked(path) / "class_and_ctor_args.pkl", "rb") as f:
-        ctor = pickle.load(f)
-    (config_state,), _ = ctor["ctor_args_and_kwargs"]
+    (config_state,), _ = _ctor_info(path)["ctor_args_and_kwargs"]
     return AlgorithmConfig.from_state(config_state)
 
 
@@ -49,11 +80,18 @@ def policy_module_path(path: str | Path, module_id: str = DEFAULT_MODULE_ID) -> 
 
 
 def export_hf_model_from_checkpoint(path: str | Path, out_dir: str | Path) -> Path:
-    """Write a DAPO checkpoint's policy as a Hugging Face model directory (no engine started)."""
+    """Write a DAPO checkpoint's policy as a Hugging Face model directory (no engine started).
+
+    Raises:
+        FileNotFoundError: ``path`` is not an algorithm checkpoint.
+        ValueError: ``path`` is another algorithm's checkpoint.
+    """
     from ray.rllib.core.rl_module.rl_module import RLModule
 
+    from dapo_rllib.dapo import DAPO
     from dapo_rllib.rl_module import CausalLMRLModule, export_hf_model
 
+    check_checkpoint_algorithm(path, DAPO, "export")
     module = RLModule.from_checkpoint(policy_module_path(path))
     if not isinstance(module, CausalLMRLModule):
         raise ValueError(f"the policy in {str(path)!r} is a {type(module).__name__}, not a Hugging Face causal LM; only DAPO checkpoints can be exported")

@@ -64,6 +64,7 @@ class Metrics:
     SCORE_MEAN = "score_mean"
     ACC_MEAN = "acc_mean"
     PROMPTS_TRUNCATED = "prompts_left_truncated"
+    ENV_RUNNERS_LOST = "env_runners_lost"  # died while sampling this step; their shares were sampled again
 
     GENERATED_TOKENS = "generated_tokens"
 

@@ -11,6 +11,7 @@ With `async_rollout` the env runners generate the next step's batch during the u
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -44,9 +45,13 @@ from dapo_rllib import core_algos, eval_metrics
 from dapo_rllib.columns import Extras, Metrics
 from dapo_rllib.connectors import GroupAdvantages, PadTokenBatch, RecomputeOldLogProbs, episode_value
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
+from envs.problem_env import DrawOrder
 
 FILTER_METRICS = {"acc": Extras.ACC, "score": Extras.SCORE}
-REMOTE_ENV_RUNNER_STATES = "remote_env_runner_states"  # checkpoint key, see DAPO.get_state
+# Tries of a generation round's share before a failing env runner stops the run: a runner that
+# raises dies and comes back (RLlib), so a share that kills every runner would loop for ever.
+SAMPLE_ATTEMPTS = 3
+DRAW_ORDER = "draw_order"  # checkpoint key: the training data's position and the next group id
 PENDING_GROUPS = "pending_groups"  # checkpoint key: async_rollout's batch for the next step
 WEIGHT_TRANSPORT = "object_store"  # see dapo_rllib.weight_sync
 PROBLEM_SOURCE_KEYS = ("dataset", "split", "num_problems")  # env config keys that eval_dataset replaces
@@ -474,6 +479,15 @@ class DAPO(Algorithm):
         self.num_evaluations = 0  # calls of the evaluation function so far
         self._pending_groups = None  # async_rollout: the batch generated during the last update
         self._generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-rollout") if config.async_rollout else None
+        # Held while the learners update or send weights: async_rollout's generation thread may
+        # have to bring a restarted env runner up to date in the middle of an update.
+        self._learner_lock = threading.Lock()
+        # The training data's position lives here, not in the env runners, so that a replaced
+        # runner neither restarts nor repeats the epoch: the order starts as the env's own.
+        group = self.env_runner_group
+        initial = on_env_runners(group, lambda runner: runner.env.get_state(), list(group.healthy_worker_ids())[:1])[0]
+        self._draw_order = DrawOrder.from_state(initial)
+        self._next_group_id = 0
         # RLlib's EnvRunnerGroup.sync_weights (run by evaluate() and for restarted env runners)
         # copies the whole state through the driver; DAPO's engines take the streamed sync.
         for group in (self.env_runner_group, self.eval_env_runner_group):
@@ -511,7 +525,7 @@ class DAPO(Algorithm):
             # The next batch, sampled during the update with the weights the runners hold now.
             next_batch = self._generator.submit(self._collect_groups_apart)
 
-        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1):
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1), self._learner_lock:
             results = self.learner_group.update(
                 **learner_data(groups, 1 if self.learner_group.is_local else len(self.learner_group), cfg),
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
@@ -526,7 +540,8 @@ class DAPO(Algorithm):
             self.metrics.aggregate([stats])
             self.metrics.log_value((TIMERS, Metrics.ASYNC_WAIT_S), time.perf_counter() - start, window=1)
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
-            self.sync_weights_to_env_runners()
+            buckets = self.sync_weights_to_env_runners()
+        self.metrics.log_value((Metrics.ROLLOUT, Metrics.WEIGHT_SYNC_BUCKETS), buckets, window=1)
 
     def _evaluate_before_training(self) -> None:
         print("[DAPO] evaluating before the first training step ...", flush=True)
@@ -564,15 +579,19 @@ class DAPO(Algorithm):
         state = self.learner_group.get_state(components=component)[COMPONENT_LEARNER][COMPONENT_RL_MODULE][DEFAULT_MODULE_ID]
         return str(export_hf_model(state, self.config.model_path, out_dir, self.config.model_dtype))
 
-    def sync_weights_to_env_runners(self, env_runner_ids: list[int] | None = None) -> None:
+    def sync_weights_to_env_runners(self, env_runner_ids: list[int] | None = None) -> int:
         """Stream the learner's weights into every vLLM engine (or those of the training env
         runners `env_runner_ids`) and return once all hold them: DAPO is on-policy, the next
         generation round must use the new weights.
 
         Bucket by bucket (`dapo_rllib.weight_sync`): learner rank 0 sends one (all learners
         gather it under ZeRO-3) while the engines load the one before, so at most two buckets
-        are in flight; a bucket is freed as soon as every engine has it.
+        are in flight; a bucket is freed as soon as every engine has it. Returns the number of buckets.
         """
+        with self._learner_lock:
+            return self._sync_weights(env_runner_ids)
+
+    def _sync_weights(self, env_runner_ids: list[int] | None) -> int:
         bucket_bytes = self.config.weight_sync_bucket_bytes
         plan, seq_no = self._on_learners(lambda learner: learner.weight_sync_plan(bucket_bytes))[0]
         if env_runner_ids is None:
@@ -598,7 +617,7 @@ class DAPO(Algorithm):
                 loading.result()
         for group, ids in targets:
             on_env_runners(group, lambda runner: runner.finish_weight_update(seq_no), ids)
-        self.metrics.log_value((Metrics.ROLLOUT, Metrics.WEIGHT_SYNC_BUCKETS), len(plan), window=1)
+        return len(plan)
 
     def _sync_weights_for_rllib(self, group, *args, to_worker_indices=None, **kwargs) -> None:
         """Stands in for `group.sync_weights` (see setup). DAPO syncs after every update and
@@ -612,12 +631,7 @@ class DAPO(Algorithm):
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         state = super().get_state(components, not_components=not_components, **kwargs)
-        # RLlib checkpoints a local env runner only; DAPO's remote ones hold the dataset
-        # position and the sampling-seed counter, which a resumed run must continue from.
-        # Checkpointable's private `_check_component`: RLlib has no public way to read `components`.
-        if self.env_runner_group.num_remote_env_runners() and self._check_component(REMOTE_ENV_RUNNER_STATES, components, not_components):
-            indexed = self.env_runner_group.foreach_env_runner(lambda runner: (runner.worker_index, runner.get_state()), local_env_runner=False)
-            state[REMOTE_ENV_RUNNER_STATES] = dict(indexed)
+        state[DRAW_ORDER] = {"order": self._draw_order.get_state(), "next_group_id": self._next_group_id}
         if self._pending_groups is not None:
             # async_rollout: sampled with the previous weights, which a resumed run no longer has.
             state[PENDING_GROUPS] = self._pending_groups
@@ -626,15 +640,14 @@ class DAPO(Algorithm):
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         self._pending_groups = state.get(PENDING_GROUPS)
-        if REMOTE_ENV_RUNNER_STATES in state:
-            saved = state[REMOTE_ENV_RUNNER_STATES]
-            here = sorted(self.env_runner_group.healthy_worker_ids())
-            if sorted(saved) != here:
+        if DRAW_ORDER in state:
+            order = DrawOrder.from_state(state[DRAW_ORDER]["order"])
+            if order.num_problems != self._draw_order.num_problems:
                 raise ValueError(
-                    f"the checkpoint holds the state of env runners {sorted(saved)}, this algorithm has "
-                    f"env runners {here}: resume with num_env_runners={len(saved)}"
+                    f"the checkpoint's training data has {order.num_problems} problems, this run's env has "
+                    f"{self._draw_order.num_problems}: resume with the dataset it was trained on"
                 )
-            self.env_runner_group.foreach_env_runner(lambda runner: runner.set_state(saved[runner.worker_index]), local_env_runner=False)
+            self._draw_order, self._next_group_id = order, state[DRAW_ORDER]["next_group_id"]
         if COMPONENT_LEARNER_GROUP in state:
             self.sync_weights_to_env_runners()
 
@@ -642,23 +655,76 @@ class DAPO(Algorithm):
         super().restore_from_path(path, *args, **kwargs)
         self.sync_weights_to_env_runners()
 
+    # ----- fault tolerance -----------------------------------------------------------------
+    def restore_env_runners(self, env_runner_group) -> list[int]:
+        """RLlib's hook before each training step: bring restarted env runners back into
+        service, with the learner's current weights streamed in before they sample. (RLlib's own
+        would copy the whole state through the driver; the draw order needs no restoring.)"""
+        if env_runner_group is not self.env_runner_group:
+            return super().restore_env_runners(env_runner_group)
+        restored = env_runner_group.probe_unhealthy_env_runners()
+        if restored:
+            self._counters["total_num_restored_workers"] += len(restored)
+            self.sync_weights_to_env_runners(restored)
+            print(f"[DAPO] env runner(s) {sorted(restored)} restarted and given the current weights", flush=True)
+        return restored
+
+    def _healthy_env_runner_ids(self) -> list[int]:
+        """The remote env runners in service; when none is, waits for RLlib to restart one
+        (up to `env_runner_restore_timeout_s`)."""
+        group = self.env_runner_group
+        deadline = time.monotonic() + self.config.env_runner_restore_timeout_s
+        while not (ids := list(group.healthy_worker_ids())):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no env runner came back within env_runner_restore_timeout_s={self.config.env_runner_restore_timeout_s}")
+            print("[DAPO] waiting for a restarted env runner ...", flush=True)
+            self.restore_env_runners(group)
+        return ids
+
     # ----- dynamic sampling ----------------------------------------------------------------
     def _sample_round(self, num_prompts: int, metrics: MetricsLogger) -> list:
-        """One generation round of `num_prompts` prompts, spread over the env runners."""
+        """One generation round: the next `num_prompts` problems of the draw order, spread
+        over the env runners in service."""
         group = self.env_runner_group
-        num_remote = group.num_remote_env_runners()
-        shares = np.array_split(np.arange(num_prompts), max(num_remote, 1))
-        funcs = [partial(_sample_and_report, num_prompts=len(s)) for s in shares if len(s)]
-        if num_remote == 0:
-            out = group.foreach_env_runner(funcs[0], local_env_runner=True)
+        first = self._next_group_id
+        self._next_group_id += num_prompts
+        requests = list(zip(self._draw_order.take(num_prompts), range(first, first + num_prompts)))
+        if group.num_remote_env_runners() == 0:
+            out = group.foreach_env_runner(partial(_sample_and_report, requests=requests), local_env_runner=True)
         else:
-            out = on_env_runners(group, funcs, list(group.healthy_worker_ids())[: len(funcs)])
+            out = self._sample_remote(requests, metrics)
         metrics.aggregate([m for _, m, _ in out], key=ENV_RUNNER_RESULTS)
         # Runners generate in parallel: a round takes as long as its slowest runner.
         for key in (Metrics.GENERATION_S, Metrics.SCORING_S):
             metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
         metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out), reduce="sum")
         return [ep for episodes, _, _ in out for ep in episodes]
+
+    def _sample_remote(self, requests: list[tuple[int, int]], metrics: MetricsLogger) -> list:
+        """`(episodes, metrics, timing)` of the remote env runners for `requests`, each request
+        answered exactly once.
+
+        A runner that dies mid-round takes nothing with it: its share (the same problems and
+        group ids, so the same seeds) is sampled again on the runners in service, and a dead
+        runner rejoins only through `restore_env_runners`, with the current weights. Without
+        `restart_failed_env_runners` a dead runner stops the run, named."""
+        group = self.env_runner_group
+        out, attempts = [], 0
+        while True:
+            attempts += 1
+            ids = self._healthy_env_runner_ids()
+            shares = [share for share in np.array_split(np.arange(len(requests)), len(ids)) if len(share)]
+            shares = [[requests[i] for i in share] for share in shares]
+            ids = ids[: len(shares)]
+            answers, missing = _answers(group, [partial(_sample_and_report, requests=share) for share in shares], ids)
+            out += [answers[i] for i in ids if i in answers]
+            if not missing:
+                return out
+            if not self.config.restart_failed_env_runners or attempts == SAMPLE_ATTEMPTS:
+                raise _lost_env_runners_error(missing)
+            requests = [request for i, share in zip(ids, shares) if i in missing for request in share]
+            metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_RUNNERS_LOST), len(missing), reduce="sum")
+            print(f"[DAPO] env runner(s) {missing} lost while sampling; their {len(requests)} prompts go to the env runners in service", flush=True)
 
     def _collect_groups_apart(self) -> tuple[list[list], dict]:
         """`_collect_groups` with a logger of its own, returned reduced, to be merged into the
@@ -677,6 +743,7 @@ class DAPO(Algorithm):
         kept: list[list] = []
         generated: list[list] = []
         rounds = 0
+        metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_RUNNERS_LOST), 0, reduce="sum")
         num_prompts = cfg.gen_batch_size_prompts if cfg.dynamic_sampling else cfg.train_batch_size_prompts
         while len(kept) < cfg.train_batch_size_prompts and rounds < cfg.max_num_gen_batches:
             rounds += 1
@@ -749,24 +816,40 @@ def on_env_runners(group, func, env_runner_ids: list[int] | None = None) -> list
     if group.num_remote_env_runners() == 0:
         return group.foreach_env_runner(func, local_env_runner=True)
     wanted = list(group.healthy_worker_ids()) if env_runner_ids is None else list(env_runner_ids)
-    calls = [partial(_with_index, f) for f in func] if isinstance(func, list) else partial(_with_index, func)
-    answers = group.foreach_env_runner(calls, local_env_runner=False, remote_worker_ids=wanted)
-    missing = sorted(set(wanted) - {index for index, _ in answers})
+    answers, missing = _answers(group, func, wanted)
     if missing:
-        raise RuntimeError(
-            f"env runner(s) {missing} did not answer (died or raised: see the error logged above). "
-            "DAPO does not go on with fewer runners than it asked."
-        )
-    by_index = dict(answers)
-    return [by_index[index] for index in wanted]
+        raise _lost_env_runners_error(missing)
+    return [answers[index] for index in wanted]
+
+
+def _answers(group, func, env_runner_ids: list[int]) -> tuple[dict[int, Any], list[int]]:
+    """({env runner id: answer}, ids of those that did not answer) of `func` on remote env runners."""
+    calls = [partial(_with_index, f) for f in func] if isinstance(func, list) else partial(_with_index, func)
+    try:
+        answers = dict(group.foreach_env_runner(calls, local_env_runner=False, remote_worker_ids=env_runner_ids))
+    except ray.exceptions.RayActorError as error:
+        # Without fault tolerance RLlib raises at the first dead runner, after marking it unhealthy.
+        dead = sorted(set(env_runner_ids) - set(group.healthy_worker_ids()))
+        if not dead:
+            raise
+        raise _lost_env_runners_error(dead) from error
+    return answers, sorted(set(env_runner_ids) - set(answers))
+
+
+def _lost_env_runners_error(missing: list[int]) -> RuntimeError:
+    return RuntimeError(
+        f"env runner(s) {missing} did not answer (died or raised: see the error "
+        "logged above). DAPO does not go on with fewer runners than it asked; "
+        "`.fault_tolerance(restart_failed_env_runners=True)` replaces dead ones and samples their share again."
+    )
 
 
 def _with_index(func, env_runner):
     return env_runner.worker_index, func(env_runner)
 
 
-def _sample_and_report(env_runner, num_prompts: int):
-    episodes = env_runner.sample(num_prompts=num_prompts)
+def _sample_and_report(env_runner, requests: list[tuple[int, int]]):
+    episodes = env_runner.sample(requests=requests)
     return episodes, env_runner.get_metrics(), env_runner.last_sample_timing
 
 
@@ -829,17 +912,19 @@ def evaluate_heldout(algorithm: DAPO, eval_env_runner_group) -> tuple[dict, int,
 def heldout_results(algorithm: DAPO, group) -> dict[str, Any]:
     """{data source: avg@n, pass@k, maj@n, ...} on the validation env, over `group`'s runners."""
     cfg = algorithm.config
-    local = group.num_remote_env_runners() == 0
     start = time.perf_counter()
-    shards = group.foreach_env_runner(
-        lambda er: er.evaluate(num_samples=cfg.eval_num_samples, max_problems=cfg.eval_max_problems),
-        local_env_runner=local,
-    )
+    # Each runner holds a shard of the problems: one that does not answer must not shrink the set.
+    shards = on_env_runners(group, lambda er: er.evaluate(num_samples=cfg.eval_num_samples, max_problems=cfg.eval_max_problems))
     problems = sorted((record for shard in shards for record in shard), key=lambda r: r["problem_index"])
     results: dict[str, Any] = eval_metrics.summarize([eval_metrics.ProblemSamples.from_record(r) for r in problems])
     elapsed = time.perf_counter() - start
     num_samples = sum(m["num_samples"] for m in results.values())
-    results[ENV_RUNNER_RESULTS] = {NUM_ENV_STEPS_SAMPLED: num_samples, NUM_EPISODES: num_samples, Metrics.EVAL_TIME_S: elapsed}
+    results[ENV_RUNNER_RESULTS] = {
+        NUM_ENV_STEPS_SAMPLED: num_samples,
+        NUM_EPISODES: num_samples,
+        Metrics.EVAL_TIME_S: elapsed,
+        Metrics.PROMPTS_TRUNCATED: sum(r["prompt_truncated"] for r in problems),
+    }
     print(f"[DAPO] validation ({elapsed:.1f} s): {eval_metrics.headline(results)}", flush=True)
     return results
 

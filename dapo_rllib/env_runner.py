@@ -1,7 +1,7 @@
 """VLLMEnvRunner: an RLlib EnvRunner that samples groups of completions with a vLLM engine.
 
-One `sample(num_prompts=n)` call draws n problems from the environment (`ProblemEnv.draw`),
-asks vLLM for `group_size` completions of each in one batched `generate`, scores them all in one
+One `sample(problem_indices=..., first_group_id=...)` call takes the problems the algorithm
+drew (it owns the draw order, `envs.problem_env.DrawOrder`), asks vLLM for `group_size` completions of each in one batched `generate`, scores them all in one
 `ProblemEnv.score_many` call (each completion becomes its own one-step episode), adds the soft
 overlong penalty, and returns the episodes. Token ids travel exactly as vLLM sampled them;
 text is decoded only for the scorer.
@@ -118,7 +118,6 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
         self._weights_seq_no = 0
         self._weight_update = None  # (BucketAssembler, names loaded, start time) while one is open
-        self._num_groups = 0
         # Wall times of the last sample() call, returned to the algorithm with its episodes: a
         # generation round takes as long as its slowest runner, which summed metrics cannot show.
         self.last_sample_timing: dict[str, float] = {}
@@ -141,14 +140,19 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     # ----- sampling ------------------------------------------------------------------------
     def _prompt_ids(self, messages) -> list[int]:
-        """The prompt as the model sees it (chat template where the tokenizer has one),
-        left-truncated to max_prompt_length (DAPO keeps the end)."""
+        """A training prompt as the model sees it (see `_fitted_prompt`); a truncated one is
+        counted in the runner's metrics (`prompts_left_truncated`)."""
+        ids, truncated = self._fitted_prompt(messages)
+        if truncated:
+            self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
+        return ids
+
+    def _fitted_prompt(self, messages) -> tuple[list[int], bool]:
+        """(the prompt's token ids, chat template where the tokenizer has one, left-truncated to
+        max_prompt_length: DAPO keeps the end; whether it was truncated)."""
         ids = render_prompt_ids(self.tokenizer, messages)
         limit = self.config.max_prompt_length
-        if len(ids) > limit:
-            self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
-            ids = ids[-limit:]
-        return list(ids)
+        return list(ids[-limit:]), len(ids) > limit
 
     def _sampling_params(self, *, n: int, explore: bool, seeds: list[int]) -> list:
         """One SamplingParams per prompt, each with its own seed.
@@ -179,8 +183,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         ]
 
     def _request_seed(self, *stream: int) -> int:
-        """A 31-bit seed for one request, derived from the run seed and this runner's index."""
-        entropy = [self.config.seed or 0, self.worker_index, *stream]
+        """A 31-bit seed for one request, derived from the run seed and the request's stream: the
+        same on whichever env runner samples it."""
+        entropy = [self.config.seed or 0, *stream]
         return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
 
     def _generate(self, prompt_ids: list[list[int]], params, progress: bool = False):
@@ -230,13 +235,18 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         """The env's info for each completion (of vLLM's outputs), scored against its problem."""
         return env.score_many(problems, [c.text for c in completions])
 
-    def sample(self, *, num_prompts: int | None = None, explore: bool = True, **kwargs) -> list[SingleAgentEpisode]:
-        """Sample `num_prompts` groups of `group_size` one-step episodes."""
+    def sample(self, *, requests: list[tuple[int, int]], explore: bool = True, **kwargs) -> list[SingleAgentEpisode]:
+        """`group_size` one-step episodes for each `(problem index, group id)` of `requests`.
+
+        The algorithm owns the training env's draw order and numbers the groups: a group's
+        sampling seed follows from its id alone, so a share sampled again on another env runner
+        (its own died) gives the same completions.
+        """
         cfg = self.config
-        num_prompts = num_prompts or cfg.gen_batch_size_prompts
-        problems = self.env.draw(num_prompts)
+        problems = [self.env.problem(index) for index, _ in requests]
+        group_ids = [group_id for _, group_id in requests]
         prompt_ids = [self._prompt_ids(problem.messages) for problem in problems]
-        seeds = [self._request_seed(TRAIN_STREAM, self._num_groups + i) for i in range(num_prompts)]
+        seeds = [self._request_seed(TRAIN_STREAM, group_id) for group_id in group_ids]
         outputs = self._generate(prompt_ids, self._sampling_params(n=cfg.group_size, explore=explore, seeds=seeds))
 
         start = time.perf_counter()
@@ -244,9 +254,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         repeated = [problem for problem, out in zip(problems, outputs) for _ in out.outputs]
         texts = [text for ids, out in zip(prompt_ids, outputs) for text in self._texts(ids, out.outputs)]
         infos = iter(self.env.score_many(repeated, texts))
-        for ids, out in zip(prompt_ids, outputs):
-            group_id = (self.worker_index << 40) + self._num_groups
-            self._num_groups += 1
+        for ids, out, group_id in zip(prompt_ids, outputs, group_ids):
             for completion in out.outputs:
                 episodes.append(self._episode(ids, completion, group_id, next(infos)))
         self.last_sample_timing[Metrics.SCORING_S] = time.perf_counter() - start
@@ -311,14 +319,17 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         Problems (the first `max_problems`, or all) are split round-robin over the runners
         (worker_index 1..n; a local runner takes them all) and sampled with the evaluation
         settings and a fixed seed per problem, so successive evaluations differ only by the
-        weights. Returns one record per problem (see `dapo_rllib.eval_metrics.ProblemSamples`);
+        weights. Returns one record per problem (see `dapo_rllib.eval_metrics.ProblemSamples`,
+        and `prompt_truncated`: its prompt was longer than max_prompt_length);
         the caller merges the shards and computes the metrics. `progress` shows progress bars.
         """
         env = self._evaluation_env()
         count = env.num_problems if max_problems is None else min(max_problems, env.num_problems)
         shards = max(self.num_workers, 1)
         mine = [i for i in range(count) if i % shards == max(self.worker_index - 1, 0)]
-        prompts = [self._prompt_ids(env.problem(i).messages) for i in mine]
+        # Truncations are reported per record, apart from the training metrics.
+        fitted = {i: self._fitted_prompt(env.problem(i).messages) for i in mine}
+        prompts = [fitted[i][0] for i in mine]
         seeds = [self._request_seed(EVAL_STREAM, i) for i in mine]
         outputs = self._generate(prompts, self._sampling_params(n=num_samples, explore=False, seeds=seeds), progress=progress)
         scoring = tqdm(total=len(mine) * num_samples, desc="scoring", unit="sample", disable=not progress)
@@ -332,6 +343,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             infos = iter(self._score(env, [env.problem(i) for i, out in chunk for _ in out.outputs], [c for _, out in chunk for c in out.outputs]))
             for i, out in chunk:
                 records.append(self._eval_record(env.problem(i), i, out.outputs, [next(infos) for _ in out.outputs]))
+                records[-1]["prompt_truncated"] = fitted[i][1]
             scoring.update(sum(len(out.outputs) for _, out in chunk))
         scoring.close()
         return records
@@ -401,11 +413,11 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         return self.llm.collective_rpc(read)[0]
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
-        """Where sampling stands: the env's draw order and the group counter (which also picks
-        the sampling seeds). Weights are not part of it: they come from the learner."""
-        return {"env": self.env.get_state(), "num_groups": self._num_groups}
+        """Nothing to save: weights come from the learner, the draw order is the algorithm's."""
+        return {}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Load the RL module's weights in `state` (RLlib's weight sync), if newer than those held."""
         seq_no = state.get(WEIGHTS_SEQ_NO, 0)
         if COMPONENT_RL_MODULE in state and (seq_no == 0 or seq_no > self._weights_seq_no):
             module_state = state[COMPONENT_RL_MODULE]
@@ -415,9 +427,6 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             self.load_weights(hf_weights(module_state), seq_no)
         if seq_no > 0:
             self._weights_seq_no = seq_no
-        if "env" in state:
-            self.env.set_state(state["env"])
-            self._num_groups = state["num_groups"]
 
     def get_metrics(self):
         return self.metrics.reduce()

@@ -83,7 +83,7 @@ def evaluate(
         return _evaluate_dapo(config, model, out=out, **dapo_options | {"max_prompt_length": prompt, "max_response_length": response})
     raise FileNotFoundError(
         f"{str(model)!r} is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint "
-        "(class_and_ctor_args.pkl); expected e.g. runs/<run>/checkpoint_000040 or a save_pretrained directory"
+        f"(class_and_ctor_args.pkl){': it does not exist' if not model.exists() else ''}; expected e.g. runs/<run>/checkpoint_000040 or a save_pretrained directory"
     )
 
 
@@ -100,6 +100,7 @@ def _lengths_for(model_dir: Path, prompt: int | None, response: int | None) -> t
 
 
 def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems, temperature, top_p, scorer, score_timeout_s, max_prompt_length, max_response_length, dtype, vllm_engine_kwargs) -> dict[str, Any]:
+    from dapo_rllib.columns import Metrics
     from dapo_rllib.env_runner import VLLMEnvRunner
 
     config = config.copy(copy_frozen=False)
@@ -146,9 +147,12 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems,
     finally:
         runner.stop()
     metrics = eval_metrics.summarize([eval_metrics.ProblemSamples.from_record(r) for r in records])
+    # Prompts over max_prompt_length were left-truncated: reported, not hidden.
+    prompts_truncated = sum(r["prompt_truncated"] for r in records)
     report = {
         "settings": settings,
         "metrics": metrics,
+        Metrics.PROMPTS_TRUNCATED: prompts_truncated,
         "eval_time_s": time.perf_counter() - start,
         "problems": [_problem_summary(r) for r in records],
     }
@@ -156,6 +160,8 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems,
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     print_table(metrics)
+    if prompts_truncated:
+        print(f"\n{prompts_truncated} of {len(records)} prompts were longer than max_prompt_length={config.max_prompt_length} tokens and were left-truncated", flush=True)
     print(f"\nresults (every number, per problem too): {out}", flush=True)
     return report
 

@@ -31,6 +31,7 @@ from ray.rllib.utils.metrics import EVALUATION_RESULTS
 from ray.tune.search.sample import Domain
 from ray.tune.utils import flatten_dict
 
+from dapo_rllib.checkpoints import check_checkpoint_algorithm
 from dapo_rllib.progress import IterationSummary, lookup, summary_line
 from dapo_rllib.tables import format_table
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardCallback
@@ -175,6 +176,9 @@ def train(config: AlgorithmConfig, opts: TrainOptions) -> list[TrialOutcome]:
         raise FileNotFoundError(f"checkpoint to restore {opts.restore!r} does not exist")
     if opts.config_overrides:
         config = with_overrides(config, opts.config_overrides)
+    if opts.restore is not None and not is_uri(opts.restore):
+        # Before Ray starts: another algorithm's checkpoint would fail deep in restore_from_path.
+        _check_restore(opts.restore, config.algo_class)
     name = opts.name or f"{config.algo_class.__name__}_{time.strftime('%Y%m%d_%H%M%S')}"
     # A URI goes to Tune (and to the upload of an in-process run) unchanged; the driver writes
     # its own files (in-process checkpoints and TensorBoard files, trials.json, the plot) into
@@ -221,7 +225,7 @@ def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path
     print(f"building {config.algo_class.__name__} ...", flush=True)
     algo = config.build_algo()
     if opts.restore:
-        algo.restore_from_path(local_checkpoint(opts.restore))
+        _restore(algo, opts.restore)
         print(f"resumed from {opts.restore} at iteration {algo.iteration}", flush=True)
     last: dict[str, Any] = {}
     checkpoint = None
@@ -267,8 +271,22 @@ def _stop_reached(result: dict, stop: dict[str, float]) -> bool:
     return False
 
 
+def _check_restore(checkpoint: str, algo_class: Any) -> None:
+    """Refuse a checkpoint that is not one of `algo_class` (the run's algorithm) or not a checkpoint."""
+    if isinstance(algo_class, type):
+        check_checkpoint_algorithm(checkpoint, algo_class, f"resuming a {algo_class.__name__} run (--restore)")
+
+
+def _restore(algorithm, checkpoint: str) -> None:
+    """Restore `algorithm` from `checkpoint` (a directory or URI), checked to be one of its kind."""
+    local = local_checkpoint(checkpoint)
+    # The config's class: in a Tune trial, type(algorithm) is Ray's actor subclass of it.
+    _check_restore(local, algorithm.config.algo_class)
+    algorithm.restore_from_path(local)
+
+
 def _restore_on_init(checkpoint: str, algorithm, **kwargs) -> None:
-    algorithm.restore_from_path(local_checkpoint(checkpoint))  # in the trial, on whichever node
+    _restore(algorithm, checkpoint)  # in the trial, on whichever node
 
 
 def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, storage: str, name: str, searched: list[str]) -> list[TrialOutcome]:

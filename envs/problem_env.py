@@ -114,7 +114,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         self.action_space = spaces.Text(min_length=0, max_length=1_000_000, charset=string.printable)
 
         self._shuffle = bool(settings["shuffle"])
-        self._restart(settings["seed"])
+        self._order = DrawOrder(self.num_problems, self._shuffle, settings["seed"])
         # Index of the problem awaiting a step(), or None outside an episode.
         self._current: int | None = None
 
@@ -139,7 +139,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         """
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:
             raise ValueError(f"{self._name}.draw(n) needs a positive int n, got {n!r}")
-        return [self._problems[self._next_index()] for _ in range(n)]
+        return [self._problems[i] for i in self._order.take(n)]
 
     def score_many(self, problems: Sequence[ProblemT], completions: Sequence[str | bytes]) -> list[dict[str, Any]]:
         """Rate ``completions[k]`` as an answer to ``problems[k]``: one info dict per completion.
@@ -198,7 +198,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         """
         super().reset(seed=seed)
         if seed is not None:
-            self._restart(seed)
+            self._order = DrawOrder(self.num_problems, self._shuffle, seed)
         options = options or {}
         unknown = sorted(set(options) - set(_RESET_OPTIONS))
         if unknown:
@@ -207,14 +207,14 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         if "problem_index" in options:
             index = self._check_index(options["problem_index"])
         else:
-            index = self._next_index()
+            (index,) = self._order.take(1)
         self._current = index
         problem = self._problems[index]
         info = {
             "problem_index": index,
             "ground_truth": problem.ground_truth,
             "data_source": problem.data_source,
-            "epoch": self._epoch,
+            "epoch": self._order.epoch,
         }
         return self._messages(index), info
 
@@ -228,13 +228,8 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         return self._messages(index), info["score"], True, False, info
 
     def get_state(self) -> dict[str, Any]:
-        """Draw-order state (cursor, epoch, permutation, RNG), for checkpoints."""
-        return {
-            "cursor": self._cursor,
-            "epoch": self._epoch,
-            "permutation": [int(i) for i in self._permutation],
-            "rng_state": copy.deepcopy(self._rng.bit_generator.state),
-        }
+        """Draw-order state (see :meth:`DrawOrder.get_state`), for checkpoints."""
+        return self._order.get_state()
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`get_state` result, so the same prompts come next.
@@ -242,16 +237,13 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         Raises:
             ValueError: The state belongs to a dataset of another size.
         """
-        permutation = np.asarray(state["permutation"], dtype=np.int64)
-        if len(permutation) != self.num_problems:
+        order = DrawOrder.from_state(state)
+        if order.num_problems != self.num_problems:
             raise ValueError(
-                f"{self._name} state has a permutation of {len(permutation)} problems, "
+                f"{self._name} state has a permutation of {order.num_problems} problems, "
                 f"but this dataset has {self.num_problems}"
             )
-        self._rng.bit_generator.state = copy.deepcopy(state["rng_state"])
-        self._permutation = permutation
-        self._cursor = int(state["cursor"])
-        self._epoch = int(state["epoch"])
+        self._order = order
 
     def _messages(self, index: int) -> list[dict[str, str]]:
         """Fresh message dicts of problem ``index``, so callers cannot mutate the dataset."""
@@ -274,7 +266,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
             return self._generate(settings["split"], settings["num_problems"])
         if not isinstance(dataset, (str, os.PathLike)):
             raise TypeError(
-                f"{self._name} 'dataset' must be {self.BUILTIN_DATASET!r} or a file path, got {type(dataset).__name__}"
+                f"{self._name} 'dataset' must be {self.BUILTIN_DATASET!r} or a file path, got {type(dataset).__name__} {dataset!r}"
             )
         if settings["num_problems"] is not None:
             # Refused rather than ignored: truncating a file is the file's job.
@@ -284,24 +276,58 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
             )
         return self._load_file(dataset)
 
-    def _restart(self, seed: int) -> None:
-        """Seed the draw order and start it over at epoch 0."""
+
+class DrawOrder:
+    """Which problem comes next: each epoch a seeded permutation of the problem indices (or
+    the dataset order), visited once.
+
+    One object owns a run's position in the data. An environment keeps one for
+    :meth:`ProblemEnv.draw` and ``reset()``; DAPO keeps the training run's on the driver and
+    tells its env runners which problems to sample, so that a replaced env runner cannot
+    restart or repeat the epoch.
+    """
+
+    def __init__(self, num_problems: int, shuffle: bool, seed: int) -> None:
+        self.num_problems, self.shuffle = num_problems, shuffle
         self._rng = np.random.default_rng(seed)
-        self._epoch = 0
+        self.epoch = 0
         self._permutation = self._new_permutation()
         self._cursor = 0
 
+    def take(self, n: int) -> list[int]:
+        """The next ``n`` problem indices, starting new epochs as the permutation runs out."""
+        indices = []
+        for _ in range(n):
+            if self._cursor >= len(self._permutation):
+                self.epoch += 1
+                self._permutation = self._new_permutation()
+                self._cursor = 0
+            indices.append(int(self._permutation[self._cursor]))
+            self._cursor += 1
+        return indices
+
+    def get_state(self) -> dict[str, Any]:
+        """Cursor, epoch, permutation, RNG and whether it shuffles: all that decides what comes next."""
+        return {
+            "cursor": self._cursor,
+            "epoch": self.epoch,
+            "permutation": [int(i) for i in self._permutation],
+            "rng_state": copy.deepcopy(self._rng.bit_generator.state),
+            "shuffle": self.shuffle,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> DrawOrder:
+        """The order a :meth:`get_state` result describes."""
+        permutation = np.asarray(state["permutation"], dtype=np.int64)
+        order = cls(len(permutation), bool(state["shuffle"]), seed=0)
+        order._rng.bit_generator.state = copy.deepcopy(state["rng_state"])
+        order._permutation = permutation
+        order._cursor = int(state["cursor"])
+        order.epoch = int(state["epoch"])
+        return order
+
     def _new_permutation(self) -> np.ndarray:
-        if self._shuffle:
+        if self.shuffle:
             return self._rng.permutation(self.num_problems)
         return np.arange(self.num_problems)
-
-    def _next_index(self) -> int:
-        """Advance the cursor, starting a new epoch when the permutation is used up."""
-        if self._cursor >= len(self._permutation):
-            self._epoch += 1
-            self._permutation = self._new_permutation()
-            self._cursor = 0
-        index = int(self._permutation[self._cursor])
-        self._cursor += 1
-        return index

@@ -430,7 +430,7 @@ def _dapo_row_extractor(default_data_source: str) -> Callable[[dict[str, Any], s
         prompt, reward_model = row.get("prompt"), row.get("reward_model")
         if _is_missing(prompt):
             return MISSING_QUESTION
-        messages = parse_prompt(prompt, where)
+        messages = parse_prompt(prompt, where, require_text=False)
         if all(not message["content"].strip() for message in messages):
             return MISSING_QUESTION
         if _is_missing(reward_model):

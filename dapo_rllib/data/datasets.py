@@ -91,7 +91,8 @@ def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: Unsupported suffix, empty file, missing required column,
-            malformed row, missing ground truth, malformed JSON line or a
+            malformed row, a prompt with no text, a missing or blank ground
+            truth, a malformed JSON line or a
             line that is not UTF-8.
         TypeError: A ground truth that is neither a string nor a number, or a
             data source that is not a string.
@@ -157,10 +158,13 @@ def ground_truth_to_str(value: Any, where: str) -> str:
         where: Where it comes from (e.g. ``"row 3 of data.jsonl"``), for errors.
 
     Raises:
-        ValueError: ``value`` is missing (None or NaN) or infinite.
+        ValueError: ``value`` is missing (None, NaN, or blank text) or infinite.
         TypeError: ``value`` is a bool or not a string or a number.
     """
     if isinstance(value, str):
+        if not value.strip():
+            # A blank reference would score an empty "Answer:" line as correct.
+            raise ValueError(f"{where}: ground truth is empty (got {value!r}); expected the reference answer")
         return value
     if value is None or (isinstance(value, float) and math.isnan(value)):
         raise ValueError(f"{where}: ground truth is missing (got {value!r}); expected a string or a number")
@@ -211,7 +215,8 @@ def read_rows(path: Path, what: str) -> list[dict[str, Any]]:
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ValueError: Unsupported suffix, empty file, no rows, a file that is not parquet,
-            or a jsonl line that is not UTF-8, not JSON, or not a JSON object.
+            a parquet string that is not UTF-8, or a jsonl line that is not UTF-8, not
+            JSON, or not a JSON object.
     """
     if not path.exists():
         raise FileNotFoundError(f"{what} file not found: {path}")
@@ -231,7 +236,7 @@ def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
     """Read a parquet file as plain Python rows.
 
     Raises:
-        ValueError: The file is empty or not parquet.
+        ValueError: The file is empty or not parquet, or a string is not UTF-8.
     """
     # Imported here so that jsonl-only users do not pay for pyarrow's import.
     import pyarrow as pa
@@ -245,7 +250,30 @@ def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
         raise ValueError(f"cannot read {path} as parquet: {e}") from None
     # to_pylist() yields plain lists/dicts/str, unlike pandas, which would
     # hand back list columns as numpy object arrays.
-    return table.to_pylist()
+    try:
+        return table.to_pylist()
+    except UnicodeDecodeError as error:
+        # Arrow does not check string columns on read; name the cell, not just the byte.
+        column, row = _first_non_utf8_cell(table)
+        raise ValueError(
+            f"column {column!r}, row {row} of {path} is not valid UTF-8 (byte 0x{error.object[error.start]:02x}); "
+            "expected UTF-8 strings"
+        ) from None
+
+
+def _first_non_utf8_cell(table: Any) -> tuple[str | None, int | None]:
+    """``(column, row)`` of the first cell of ``table`` that does not decode as UTF-8."""
+    for name in table.column_names:
+        column = table.column(name)
+        try:
+            column.to_pylist()
+        except UnicodeDecodeError:
+            for row in range(len(column)):
+                try:
+                    column.slice(row, 1).to_pylist()
+                except UnicodeDecodeError:
+                    return name, row
+    return None, None
 
 
 def read_jsonl_rows(path: Path) -> list[dict[str, Any]]:
@@ -296,12 +324,19 @@ def iter_utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield line_number, line
 
 
-def parse_prompt(prompt: Any, where: str) -> tuple[dict, ...]:
+def parse_prompt(prompt: Any, where: str, *, require_text: bool = True) -> tuple[dict, ...]:
     """Validate a row's prompt and return its messages as ``{"role", "content"}`` dicts.
+
+    Args:
+        prompt: The row's prompt value.
+        where: Where it comes from (e.g. ``"row 3 of data.jsonl"``), for errors.
+        require_text: Refuse a prompt whose every message is empty or whitespace (the
+            converter passes False: it drops such rows and counts them instead).
 
     Raises:
         ValueError: ``prompt`` is not a non-empty list of messages with string
-            ``role`` and ``content``; the message starts with ``where``.
+            ``role`` and ``content``, or (``require_text``) it has no text; the
+            message starts with ``where``.
     """
     if not isinstance(prompt, list) or not prompt:
         raise ValueError(
@@ -322,6 +357,11 @@ def parse_prompt(prompt: Any, where: str) -> tuple[dict, ...]:
         # Only role and content are kept: parquet fills keys that some
         # messages lack with None, which would make equal prompts differ.
         messages.append({"role": message["role"], "content": message["content"]})
+    if require_text and all(not message["content"].strip() for message in messages):
+        raise ValueError(
+            f"{where}: prompt has no text (every message's content is empty or whitespace), "
+            f"got {_short(prompt)}; expected the problem statement in a message's content"
+        )
     return tuple(messages)
 
 

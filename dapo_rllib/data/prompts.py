@@ -7,8 +7,12 @@ length the model sees in training.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 #: DAPO-Math-17K's prompt template (DAPO.md §3); ``{problem}`` is the question.
 DAPO_PROMPT_TEMPLATE = (
@@ -21,6 +25,9 @@ DAPO_PROMPT_TEMPLATE = (
 #: Separator between message contents when a tokenizer has no chat template.
 PLAIN_MESSAGE_SEPARATOR = "\n\n"
 
+# Tokenizers already warned about rendering without a chat template (once each).
+_WARNED_PLAIN: weakref.WeakSet = weakref.WeakSet()
+
 
 def has_chat_template(tokenizer: Any) -> bool:
     """Whether ``tokenizer`` carries a chat template (base models often do not)."""
@@ -32,7 +39,8 @@ def render_prompt_ids(tokenizer: Any, messages: Iterable[Mapping[str, str]]) -> 
 
     With a chat template: the template applied with ``add_generation_prompt=True``, so
     the ids end where the assistant's reply starts. Without one: the message contents
-    joined with a blank line and tokenized as plain text.
+    joined with a blank line and tokenized as plain text (roles dropped), which is logged
+    as a warning the first time for each tokenizer.
 
     Raises:
         ValueError: ``messages`` is empty.
@@ -43,10 +51,27 @@ def render_prompt_ids(tokenizer: Any, messages: Iterable[Mapping[str, str]]) -> 
     if has_chat_template(tokenizer):
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
         return list(ids)
+    _warn_plain_once(tokenizer)
     text = PLAIN_MESSAGE_SEPARATOR.join(message["content"] for message in messages)
     # The tokenizer's default special tokens (a BOS where the model expects one): with no
     # template to supply them, this is how the model saw text in pretraining.
     return list(tokenizer(text)["input_ids"])
+
+
+def _warn_plain_once(tokenizer: Any) -> None:
+    try:
+        if tokenizer in _WARNED_PLAIN:
+            return
+        _WARNED_PLAIN.add(tokenizer)
+    except TypeError:  # not weak-referenceable: warn every time rather than never
+        pass
+    logger.warning(
+        "tokenizer %r has no chat template: prompts are rendered as plain text, the message "
+        "contents joined with %r and the roles dropped; set the tokenizer's chat_template "
+        "(tokenizer_config.json) for chat-formatted prompts",
+        getattr(tokenizer, "name_or_path", type(tokenizer).__name__),
+        PLAIN_MESSAGE_SEPARATOR,
+    )
 
 
 __all__ = ["DAPO_PROMPT_TEMPLATE", "PLAIN_MESSAGE_SEPARATOR", "has_chat_template", "render_prompt_ids"]

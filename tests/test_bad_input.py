@@ -1,0 +1,319 @@
+"""Bad inputs, tabulated: each gets a clear error (its type, the bad value, what was expected)
+or a behaviour that is counted or logged, never a silent drop (issue 13).
+
+The tables below are the README's "Bad input" table; the few rows that need a tokenizer reuse
+the session's tiny model (tests/conftest.py), and no row starts Ray or vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dapo_rllib.data import load_math_dataset
+
+USER = "user"
+GOOD_PROMPT = [{"role": USER, "content": "What is 1 + 1?"}]
+
+
+def _row(**changes):
+    """A valid math row with `changes` applied (a value of ... removes the key)."""
+    row = {"data_source": "math_dapo", "prompt": GOOD_PROMPT, "reward_model": {"ground_truth": "2", "style": "rule"}}
+    row.update(changes)
+    return {k: v for k, v in row.items() if v is not ...}
+
+
+def _write_lines(path: Path, lines) -> Path:
+    """jsonl of `lines`: dicts as JSON, str as written, bytes as raw bytes."""
+    data = b"".join(line if isinstance(line, bytes) else (json.dumps(line) if isinstance(line, dict) else line).encode() + b"\n" for line in lines)
+    path.write_bytes(data)
+    return path
+
+
+def _raises(error, patterns, call):
+    with pytest.raises(error) as excinfo:
+        call()
+    for pattern in patterns:
+        excinfo.match(pattern)
+    return excinfo
+
+
+# --- math dataset rows: (id, jsonl lines, error, patterns the message must match) ----------
+
+MATH_ROWS = [
+    ("no prompt column", [_row(prompt=...)], ValueError, [r"has no 'prompt' column", r"required: prompt, reward_model", r"columns found: \['data_source', 'reward_model'\]"]),
+    ("no reward_model column", [_row(reward_model=...)], ValueError, [r"has no 'reward_model' column", r"required: prompt, reward_model"]),
+    ("one row without prompt", [_row(), _row(prompt=...)], ValueError, [r"^row 1 of .*: prompt must be a non-empty list of \{'role', 'content'\} messages, got NoneType None"]),
+    ("reward_model without ground_truth", [_row(reward_model={"style": "rule"})], ValueError, [r"^row 0 of .*: reward_model must be a dict with a 'ground_truth' key, got \{'style': 'rule'\}"]),
+    ("reward_model not a dict", [_row(reward_model="2")], ValueError, [r"reward_model must be a dict with a 'ground_truth' key, got '2'"]),
+    ("ground truth null", [_row(reward_model={"ground_truth": None})], ValueError, [r"ground truth is missing \(got None\); expected a string or a number"]),
+    ("ground truth empty", [_row(reward_model={"ground_truth": "  "})], ValueError, [r"ground truth is empty \(got '  '\); expected the reference answer"]),
+    ("ground truth a list", [_row(reward_model={"ground_truth": ["1", "2"]})], TypeError, [r"ground truth must be a string or a number, got list \['1', '2'\]"]),
+    ("ground truth a dict", [_row(reward_model={"ground_truth": {"a": 1}})], TypeError, [r"ground truth must be a string or a number, got dict \{'a': 1\}"]),
+    ("ground truth a bool", [_row(reward_model={"ground_truth": True})], TypeError, [r"ground truth must be a string or a number, got bool True"]),
+    ("empty prompt list", [_row(prompt=[])], ValueError, [r"prompt must be a non-empty list of \{'role', 'content'\} messages, got list \[\]"]),
+    ("empty prompt text", [_row(prompt=[{"role": USER, "content": ""}])], ValueError, [r"prompt has no text", r"got \[\{'role': 'user', 'content': ''\}\]", r"expected the problem statement"]),
+    ("whitespace prompt text", [_row(prompt=[{"role": "system", "content": " "}, {"role": USER, "content": "\n"}])], ValueError, [r"prompt has no text", r"'content': '\\n'"]),
+    ("prompt a number", [_row(prompt=42)], ValueError, [r"prompt must be a non-empty list of \{'role', 'content'\} messages, got int 42"]),
+    ("prompt a string", [_row(prompt="What is 1 + 1?")], ValueError, [r"messages, got str 'What is 1 \+ 1\?'"]),
+    ("prompt a list of non-messages", [_row(prompt=["What is", "1 + 1?"])], ValueError, [r"each prompt message must be a dict with string 'role' and 'content', got 'What is'"]),
+    ("message without content", [_row(prompt=[{"role": USER}])], ValueError, [r"with string 'role' and 'content', got \{'role': 'user'\}"]),
+    ("message content a number", [_row(prompt=[{"role": USER, "content": 7}])], ValueError, [r"with string 'role' and 'content', got \{'role': 'user', 'content': 7\}"]),
+    ("data_source a list", [_row(data_source=["math"])], TypeError, [r"^row 0 of .*: data_source must be a string, got list \['math'\]"]),
+    ("line not a JSON object", [_row(), "[1, 2]"], ValueError, [r"line 2 of .* is a JSON list, expected a JSON object \(one row per line\)"]),
+    ("malformed JSON", [_row(), '{"prompt": '], ValueError, [r"malformed JSON on line 2 of "]),
+    ("non-UTF-8 bytes", [_row(), b'{"prompt": "caf\xe9"}'], ValueError, [r"line 2 of .* is not valid UTF-8 \(byte 0xe9 at byte 16 of the line\); expected a UTF-8 text file"]),
+]
+
+
+@pytest.mark.parametrize(("lines", "error", "patterns"), [row[1:] for row in MATH_ROWS], ids=[row[0] for row in MATH_ROWS])
+def test_bad_math_row(tmp_path, lines, error, patterns):
+    path = _write_lines(tmp_path / "bad.jsonl", lines)
+    excinfo = _raises(error, patterns, lambda: load_math_dataset(path))
+    assert "bad.jsonl" in str(excinfo.value), "the message names the file"
+
+
+def test_a_row_without_data_source_is_scored_as_math_dapo(tmp_path):
+    """Not an error: ``data_source`` is optional and defaults to DAPO-Math-17K's own."""
+    (problem,) = load_math_dataset(_write_lines(tmp_path / "no_source.jsonl", [_row(data_source=...)]))
+    assert problem.data_source == "math_dapo"
+
+
+# --- dataset files: (id, file name, content, error, patterns) -------------------------------
+
+
+def _parquet_with_invalid_utf8(path: Path) -> None:
+    # Arrow writes a binary buffer viewed as a string column without checking it.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    prompt = pa.array([b"caf\xe9"], type=pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"prompt": prompt, "reward_model": pa.array([{"ground_truth": "2"}])}), path)
+
+
+FILES = [
+    ("missing file", "missing.jsonl", None, FileNotFoundError, [r"math dataset file not found: .*missing\.jsonl"]),
+    ("empty jsonl", "empty.jsonl", b"", ValueError, [r"math dataset file .*empty\.jsonl contains no rows"]),
+    ("blank-lines jsonl", "blank.jsonl", b"\n  \n", ValueError, [r"contains no rows"]),
+    ("unsupported suffix", "data.csv", b"prompt,answer\n", ValueError, [r"unsupported math dataset file suffix '\.csv'", r"supported suffixes: \.parquet, \.jsonl"]),
+    ("empty parquet", "empty.parquet", b"", ValueError, [r"empty\.parquet is an empty file"]),
+    ("not parquet", "text.parquet", b"prompt,answer\n", ValueError, [r"cannot read .*text\.parquet as parquet"]),
+    ("non-UTF-8 parquet string", "latin1.parquet", _parquet_with_invalid_utf8, ValueError, [r"column 'prompt', row 0 of .*latin1\.parquet is not valid UTF-8 \(byte 0xe9\); expected UTF-8 strings"]),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "error", "patterns"), [row[1:] for row in FILES], ids=[row[0] for row in FILES])
+def test_bad_dataset_file(tmp_path, name, content, error, patterns):
+    path = tmp_path / name
+    if callable(content):
+        content(path)
+    elif content is not None:
+        path.write_bytes(content)
+    _raises(error, patterns, lambda: load_math_dataset(path))
+
+
+# --- environment config: (id, config, error, patterns) --------------------------------------
+
+ENV_CONFIGS = [
+    ("unknown config key", {"num_problem": 3}, ValueError, [r"unknown MathEnv config keys \['num_problem'\]; valid keys: \[.*'num_problems'"]),
+    ("dataset not a path", {"dataset": 5}, TypeError, [r"MathEnv 'dataset' must be 'arithmetic' or a file path, got int 5"]),
+    ("num_problems with a file", {"dataset": "FILE", "num_problems": 3}, ValueError, [r"'num_problems' applies to the 'arithmetic' dataset only, not to file '.*good\.jsonl'"]),
+    ("data_source without a scorer", {"dataset": "GSM8K_FILE"}, ValueError, [r"no default scorer for data_source 'gsm8k'", r"data sources with a default: \['arithmetic', 'math_dapo'\]"]),
+    ("unknown scorer", {"scorer": "no_such_scorer"}, ValueError, [r"no_such_scorer"]),
+    ("bad score_timeout_s", {"score_timeout_s": -1}, ValueError, [r"'score_timeout_s' must be a finite number of seconds > 0.*got -1"]),
+]
+
+
+@pytest.mark.parametrize(("config", "error", "patterns"), [row[1:] for row in ENV_CONFIGS], ids=[row[0] for row in ENV_CONFIGS])
+def test_bad_env_config(tmp_path, config, error, patterns):
+    from envs.math_env import MathEnv
+
+    files = {"FILE": _write_lines(tmp_path / "good.jsonl", [_row()]), "GSM8K_FILE": _write_lines(tmp_path / "gsm8k.jsonl", [_row(data_source="gsm8k")])}
+    config = {k: str(files[v]) if isinstance(v, str) and v in files else v for k, v in config.items()}
+    _raises(error, patterns, lambda: MathEnv(config))
+
+
+# --- code tasks -------------------------------------------------------------------------------
+
+CODE_ROWS = [
+    ("code task without tests", {"prompt": GOOD_PROMPT}, [r"^row 0 of .*tasks\.jsonl", r"tests"]),
+    ("code task with an empty test list", {"prompt": GOOD_PROMPT, "tests": []}, [r"^row 0 of .*tasks\.jsonl", r"non-empty list"]),
+]
+
+
+@pytest.mark.parametrize(("row", "patterns"), [row[1:] for row in CODE_ROWS], ids=[row[0] for row in CODE_ROWS])
+def test_bad_code_task(tmp_path, row, patterns):
+    from dapo_rllib.data.code_tasks import load_code_tasks
+
+    path = _write_lines(tmp_path / "tasks.jsonl", [row])
+    _raises(ValueError, patterns, lambda: load_code_tasks(path))
+
+
+# --- prompts the model sees -----------------------------------------------------------------
+
+
+def test_tokenizer_without_chat_template_falls_back_to_plain_text_logged_once(plain_tokenizer_path, caplog):
+    from transformers import AutoTokenizer
+
+    from dapo_rllib.data.prompts import PLAIN_MESSAGE_SEPARATOR, render_prompt_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(plain_tokenizer_path)  # a fresh object: never warned about
+    messages = [{"role": "system", "content": "Be brief."}, *GOOD_PROMPT]
+    with caplog.at_level(logging.WARNING, logger="dapo_rllib.data.prompts"):
+        ids = render_prompt_ids(tokenizer, messages)
+        assert render_prompt_ids(tokenizer, messages) == ids
+    assert ids == tokenizer(PLAIN_MESSAGE_SEPARATOR.join(m["content"] for m in messages))["input_ids"]
+    warnings = [r.getMessage() for r in caplog.records if "no chat template" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert plain_tokenizer_path in warnings[0] and "'\\n\\n'" in warnings[0] and "chat_template" in warnings[0]
+
+
+def test_a_prompt_over_max_prompt_length_is_left_truncated_and_counted(tiny_model_path):
+    """Counted, not refused: the env runner keeps the prompt's last max_prompt_length tokens and
+    adds 1 to `prompts_left_truncated` (env_runners/prompts_left_truncated in the results)."""
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+    from transformers import AutoTokenizer
+
+    from dapo_rllib.columns import Metrics
+    from dapo_rllib.data.prompts import render_prompt_ids
+    from dapo_rllib.env_runner import VLLMEnvRunner
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    long_prompt = [{"role": USER, "content": "1 + " * 40 + "1 = ?"}]
+    full = render_prompt_ids(tokenizer, long_prompt)
+    limit = len(render_prompt_ids(tokenizer, GOOD_PROMPT))
+    assert len(full) > limit
+    # Only what _prompt_ids reads: no vLLM engine is built.
+    runner = SimpleNamespace(tokenizer=tokenizer, config=SimpleNamespace(max_prompt_length=limit), metrics=MetricsLogger())
+    runner._fitted_prompt = lambda messages: VLLMEnvRunner._fitted_prompt(runner, messages)
+    assert VLLMEnvRunner._prompt_ids(runner, GOOD_PROMPT) == render_prompt_ids(tokenizer, GOOD_PROMPT)
+    assert runner.metrics.peek(Metrics.PROMPTS_TRUNCATED, default=0) == 0
+    assert VLLMEnvRunner._prompt_ids(runner, long_prompt) == full[-limit:]
+    assert VLLMEnvRunner._prompt_ids(runner, long_prompt) == full[-limit:]
+    assert runner.metrics.peek(Metrics.PROMPTS_TRUNCATED) == 2
+    assert runner.metrics.reduce()[Metrics.PROMPTS_TRUNCATED] == 2
+
+
+def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path, monkeypatch, capsys):
+    """`rllib evaluate` puts the runner's count in its JSON and prints it (no vLLM: a stand-in runner)."""
+    import dapo_rllib.env_runner as env_runner
+    from dapo_rllib.evaluation import evaluate
+
+    fitted_prompt = env_runner.VLLMEnvRunner._fitted_prompt
+
+    class PromptOnlyRunner:
+        """Renders the eval prompts as VLLMEnvRunner does; every sample is a wrong 1-token answer."""
+
+        def __init__(self, *, config):
+            from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+            from transformers import AutoTokenizer
+
+            self.config, self.metrics = config, MetricsLogger()
+            self.tokenizer = AutoTokenizer.from_pretrained(str(config.model_path))
+
+        def evaluate(self, *, num_samples, max_problems=None, progress=False):
+            problems = load_math_dataset(self.config.eval_dataset)
+            return [
+                {"problem_index": p.index, "data_source": p.data_source, "ground_truth": p.ground_truth, "acc": [False] * num_samples,
+                 "pred": [None] * num_samples, "length": [1] * num_samples, "truncated": [False] * num_samples, "timed_out": [False] * num_samples,
+                 "prompt_truncated": fitted_prompt(self, p.messages)[1]}
+                for p in problems
+            ]
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(env_runner, "VLLMEnvRunner", PromptOnlyRunner)
+    data = _write_lines(tmp_path / "eval.jsonl", [_row(), _row(prompt=[{"role": USER, "content": "1 + " * 40 + "1 = ?"}])])
+    from transformers import AutoTokenizer
+
+    from dapo_rllib.data.prompts import render_prompt_ids
+
+    limit = len(render_prompt_ids(AutoTokenizer.from_pretrained(tiny_model_path), GOOD_PROMPT))  # the short prompt fits
+    report = evaluate(tiny_model_path, data=str(data), num_samples=1, max_prompt_length=limit, max_response_length=8, out=tmp_path / "out.json")
+    assert report["prompts_left_truncated"] == 1
+    assert json.loads((tmp_path / "out.json").read_text())["prompts_left_truncated"] == 1
+    assert f"1 of 2 prompts were longer than max_prompt_length={limit} tokens and were left-truncated" in capsys.readouterr().out
+
+
+# --- models and checkpoints -----------------------------------------------------------------
+
+
+@pytest.fixture
+def ppo_checkpoint(tmp_path):
+    """A directory with a PPO checkpoint's class_and_ctor_args.pkl, which is what
+    `Algorithm.from_checkpoint` and dapo_rllib.checkpoints read to learn the algorithm."""
+    from ray.rllib.algorithms.ppo import PPO, PPOConfig
+
+    path = tmp_path / "ppo_checkpoint"
+    path.mkdir()
+    with open(path / "class_and_ctor_args.pkl", "wb") as f:
+        pickle.dump({"class": PPO, "ctor_args_and_kwargs": ((PPOConfig().environment("CartPole-v1").get_state(),), {})}, f)
+    return path
+
+
+def test_dapo_config_with_a_missing_model_directory(tmp_path):
+    from dapo_rllib.dapo import DAPOConfig
+
+    missing = tmp_path / "no_model"
+    config = DAPOConfig().training(model_path=str(missing))
+    _raises(ValueError, [rf"model_path='{missing}' is not a Hugging Face model directory \(no config\.json\)"], config.validate)
+
+
+def test_evaluate_a_missing_model_directory(tmp_path):
+    from dapo_rllib.cli import main
+    from dapo_rllib.evaluation import evaluate
+
+    missing = tmp_path / "no_model"
+    _raises(FileNotFoundError, [rf"'{missing}' is neither a Hugging Face model directory \(config\.json\) nor an RLlib checkpoint \(class_and_ctor_args\.pkl\): it does not exist; expected e\.g\. runs/<run>/checkpoint_000040"],
+            lambda: evaluate(missing, data="arithmetic"))
+    assert main(["evaluate", str(missing), "--data", "arithmetic"]) == 2
+
+
+def test_export_a_directory_that_is_no_checkpoint(tmp_path):
+    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
+
+    _raises(FileNotFoundError, [r"'.*no_checkpoint' is not an RLlib algorithm checkpoint \(no class_and_ctor_args\.pkl\)", r"expected a directory written by Algorithm\.save_to_path"],
+            lambda: export_hf_model_from_checkpoint(tmp_path / "no_checkpoint", tmp_path / "out"))
+
+
+def test_export_another_algorithms_checkpoint(ppo_checkpoint, tmp_path):
+    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
+
+    _raises(ValueError, [r"'.*ppo_checkpoint' is a checkpoint of PPO, but export needs a DAPO checkpoint"],
+            lambda: export_hf_model_from_checkpoint(ppo_checkpoint, tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_evaluate_another_algorithms_checkpoint_with_dapo_options(ppo_checkpoint):
+    """Without DAPO options a PPO checkpoint is evaluated with Algorithm.evaluate (supported)."""
+    from dapo_rllib.evaluation import evaluate
+
+    _raises(ValueError, [r"\['data', 'num_samples'\] apply to DAPO checkpoints and model directories; '.*ppo_checkpoint' is a PPO checkpoint"],
+            lambda: evaluate(ppo_checkpoint, data="arithmetic", num_samples=4))
+
+
+@pytest.mark.parametrize(
+    ("restore", "error", "patterns"),
+    [
+        ("PPO", ValueError, [r"'.*ppo_checkpoint' is a checkpoint of PPO, but resuming a DAPO run \(--restore\) needs a DAPO checkpoint"]),
+        ("missing", FileNotFoundError, [r"checkpoint to restore '.*missing' does not exist"]),
+        ("not a checkpoint", FileNotFoundError, [r"'.*not_a_checkpoint' is not an RLlib algorithm checkpoint \(no class_and_ctor_args\.pkl\)"]),
+    ],
+    ids=["another algorithm's checkpoint", "missing checkpoint", "directory without a checkpoint"],
+)
+def test_train_restore_refuses(ppo_checkpoint, tmp_path, restore, error, patterns):
+    """Refused before Ray starts, instead of deep in Algorithm.restore_from_path."""
+    from dapo_rllib.dapo import DAPOConfig
+    from dapo_rllib.train import TrainOptions, train
+
+    (tmp_path / "not_a_checkpoint").mkdir()
+    path = {"PPO": ppo_checkpoint, "missing": tmp_path / "missing", "not a checkpoint": tmp_path / "not_a_checkpoint"}[restore]
+    options = TrainOptions(stop={"training_iteration": 1}, restore=str(path), storage_path=str(tmp_path / "runs"), no_tune=True)
+    _raises(error, patterns, lambda: train(DAPOConfig(), options))
+    assert not (tmp_path / "runs").exists()

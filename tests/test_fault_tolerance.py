@@ -1,0 +1,112 @@
+"""A killed env runner, through RLlib's loop: with restarts allowed it costs nothing (the step
+completes with all its groups, each sampled once, the replacement gets the current weights and
+the data continues where it was); without, the run stops with the runner's name."""
+
+import collections
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dapo_rllib.columns import Metrics
+from dapo_rllib.rl_module import hf_weights
+from tests.stalling_env import KILL_WAIT_S, StallingMathEnv
+from tests.test_dapo_integration import CHECKED, learner_weights, tiny_config, unpadded
+
+# train_batch_size_prompts = gen_batch_size_prompts and no dynamic sampling: one round per
+# step, so every problem drawn is trained on and the draw order advances by TRAIN_PROMPTS.
+TRAIN_PROMPTS = 8
+NUM_PROBLEMS = 40  # generated problems, so that two steps stay inside the first epoch
+
+
+def scored_by_process(log_dir: Path) -> dict[int, list[int]]:
+    """{pid: problem indices it scored, in order}."""
+    scored = collections.defaultdict(list)
+    for line in (log_dir / "scored").read_text().splitlines():
+        pid, _, index = map(int, line.split())
+        scored[pid].append(index)
+    return scored
+
+
+def kill_victim_when_it_stalls(log_dir: Path) -> threading.Thread:
+    def kill() -> None:
+        victim_file = log_dir / "victim"
+        deadline = time.monotonic() + KILL_WAIT_S
+        while not victim_file.exists() or not victim_file.read_text():
+            assert time.monotonic() < deadline, "the victim env runner never stalled"
+            time.sleep(0.2)
+        os.kill(int(victim_file.read_text()), signal.SIGKILL)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+def stalling_config(tiny_model_path, log_dir: Path, *, restart: bool):
+    config = tiny_config(
+        tiny_model_path, train_batch_size_prompts=TRAIN_PROMPTS, gen_batch_size_prompts=TRAIN_PROMPTS, dynamic_sampling=False, minibatch_size_prompts=TRAIN_PROMPTS
+    )
+    env_config = {"dataset": "arithmetic", "num_problems": NUM_PROBLEMS, "_log_dir": str(log_dir), "_victim": 2}
+    config = config.environment(StallingMathEnv, env_config=env_config)
+    # Half a CPU each: the session has two, and a restarted runner must find room.
+    config = config.env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5)
+    # RLlib restarts a dead runner at once; the probe waits for its vLLM engine to start.
+    return config.fault_tolerance(
+        restart_failed_env_runners=restart, delay_between_env_runner_restarts_s=0.0, env_runner_health_probe_timeout_s=120
+    )
+
+
+def test_a_killed_env_runner_is_replaced_and_the_step_loses_nothing(ray_session, tiny_model_path, tmp_path):
+    algo = stalling_config(tiny_model_path, tmp_path, restart=True).build_algo()
+    try:
+        killer = kill_victim_when_it_stalls(tmp_path)
+        first = algo.train()
+        killer.join()
+        victim = int((tmp_path / "victim").read_text())
+
+        # The step completed with all its groups: the victim's share was sampled again.
+        rollout = first[Metrics.ROLLOUT]
+        assert rollout[Metrics.ENV_RUNNERS_LOST] == 1
+        assert rollout[Metrics.GROUPS_GENERATED] == rollout[Metrics.GROUPS_KEPT] == TRAIN_PROMPTS
+        assert first["env_runners"]["num_env_steps_sampled"] == TRAIN_PROMPTS * algo.config.group_size
+        scored = scored_by_process(tmp_path)
+        survivors = [index for pid, indices in scored.items() if pid != victim for index in indices]
+        assert sorted(survivors) == sorted(set(survivors)), "a problem was sampled twice"
+        assert set(scored[victim]) <= set(survivors), "the dead runner's share was not sampled again"
+        assert len(survivors) == TRAIN_PROMPTS
+
+        # RLlib restarted it; before it samples, it holds the learner's current weights.
+        deadline = time.monotonic() + KILL_WAIT_S
+        while 2 not in algo.env_runner_group.healthy_worker_ids():
+            assert time.monotonic() < deadline, "env runner 2 did not come back"
+            algo.restore_env_runners(algo.env_runner_group)
+        engine = algo.env_runner_group.foreach_env_runner(lambda er: er.engine_parameters(CHECKED), local_env_runner=False, remote_worker_ids=[2])[0]
+        learner = hf_weights({f"model.{k}": v for k, v in learner_weights(algo).items()})
+        for name in CHECKED:
+            np.testing.assert_allclose(unpadded(engine[name], learner[name]), learner[name], rtol=0, atol=1e-6, err_msg=name)
+
+        # The next step uses both runners and continues the epoch: no problem comes twice.
+        second = algo.train()
+        assert second[Metrics.ROLLOUT][Metrics.ENV_RUNNERS_LOST] == 0
+        pids_of_step_one = set(scored)
+        scored = scored_by_process(tmp_path)
+        assert set(scored) - pids_of_step_one, "the replacement env runner did not sample"
+        everything = [index for pid, indices in scored.items() if pid != victim for index in indices]
+        assert len(everything) == 2 * TRAIN_PROMPTS
+        assert len(set(everything)) == 2 * TRAIN_PROMPTS, "a problem came twice within the epoch"
+    finally:
+        algo.stop()
+
+
+def test_without_restarts_a_killed_env_runner_stops_the_run_with_its_name(ray_session, tiny_model_path, tmp_path):
+    algo = stalling_config(tiny_model_path, tmp_path, restart=False).build_algo()
+    try:
+        kill_victim_when_it_stalls(tmp_path)
+        with pytest.raises(RuntimeError, match=r"env runner\(s\) \[2\] did not answer"):
+            algo.train()
+    finally:
+        algo.stop()
