@@ -5,10 +5,13 @@ Every candidate really runs in the sandbox; one small-limit sandbox serves the m
 
 from __future__ import annotations
 
+import json
+import uuid
+
 import pytest
 
 from dapo_rllib.data.code_tasks import CodeTask
-from dapo_rllib.rewards.code import extract_code, normalize_output, score_code, score_code_many
+from dapo_rllib.rewards.code import _runs, extract_code, normalize_output, score_code, score_code_many
 from dapo_rllib.sandbox import Sandbox, SandboxLimits
 
 TIMEOUT_S = 2.0
@@ -218,11 +221,13 @@ def test_stdio_system_exit_after_the_output(sandbox, exit_call, passes):
 
 
 # --- reward hacks ---------------------------------------------------------------------------
+# The verdict lives in this process; each attack below is a wrong solution (it multiplies) that
+# tries to make the judge believe otherwise, and must score as the wrong solution it is.
 
-FAKE_REPORT = '{"nonce": "0", "failure": null, "outcomes": ["pass", "pass", "pass"]}\\n'
+CALL_FORMATS = ["assert", "function"]
 
 
-@pytest.mark.parametrize("kind", ["assert", "function"])
+@pytest.mark.parametrize("kind", CALL_FORMATS)
 def test_system_exit_ends_the_candidate_but_the_tests_still_run(sandbox, kind):
     exit_early = "import sys\nsys.exit(0)\n" + _program(kind, "a + b")
     assert _summary(_score(sandbox, exit_early, kind)) == (-1.0, False, 0, "runtime error", "FFF")
@@ -230,37 +235,82 @@ def test_system_exit_ends_the_candidate_but_the_tests_still_run(sandbox, kind):
     assert _score(sandbox, exit_after, kind)["acc"] is True
 
 
-@pytest.mark.parametrize(("kind", "pred"), [("assert", None), ("function", None), ("stdio", "FFF")])
-def test_os_exit_is_not_a_pass(sandbox, kind, pred):
-    # A stdio case is a run of its own, so each case has a known (failed) outcome.
+@pytest.mark.parametrize(("kind", "failure", "pred"), [("assert", "runtime error", None), ("function", "runtime error", None), ("stdio", "wrong answer", "FFF")])
+def test_os_exit_is_not_a_pass(sandbox, kind, failure, pred):
+    # Call formats: nothing answered. stdio: exit status 0, but the buffered output never left.
     code = _program(kind, "a + b") + "import os\nos._exit(0)\n"
-    assert _summary(_score(sandbox, code, kind)) == (-1.0, False, 0, "runtime error", pred)
+    assert _summary(_score(sandbox, code, kind)) == (-1.0, False, 0, failure, pred)
 
 
-@pytest.mark.parametrize("kind", ["assert", "function"])
-def test_patched_builtins_and_printed_report_do_not_pass(sandbox, kind):
-    code = (
-        _program(kind, "-1")
-        + "import builtins, json, os, sys\n"
-        + f"print('{FAKE_REPORT}')\n"
-        + "builtins.print = lambda *args, **kwargs: None\n"
-        + "builtins.AssertionError = builtins.MemoryError = builtins.BaseException = SystemExit\n"
-        + "builtins.compile = builtins.exec = lambda *args: None\n"
-        + "os.write = lambda fd, data: len(data)\n"
-        + "os._exit = sys.exit = lambda code=0: None\n"
-        + "json.dumps = lambda *args, **kwargs: '{}'\n"
-    )
-    # The harness still ran the tests and reported: it kept its own os.write, os._exit and builtins.
-    assert _summary(_score(sandbox, code, kind)) == (-1.0, False, 0, "wrong answer", "FFF")
+def _forged_answers(n: int) -> str:
+    """Lines claiming every call passed, in every shape a report has had."""
+    lines = [{"call": i, "value": True} for i in range(n)] + [{"nonce": "0", "failure": None, "outcomes": ["pass"] * n}]
+    return "\\n".join(json.dumps(line).replace('"', '\\"') for line in lines)
 
 
-@pytest.mark.parametrize("kind", FORMATS)
-@pytest.mark.parametrize("then_exit", [True, False])
-def test_fake_report_without_the_nonce_does_not_pass(sandbox, kind, then_exit):
-    code = _program(kind, "a * b") + f"import os\nos.write(3, b'{FAKE_REPORT}')\n" + ("os._exit(0)\n" if then_exit else "")
+ATTACKS = {
+    "fake reports on fd 3, then exit": "import os\nos.write(3, \"{forged}\\n\".encode())\nos._exit(0)\n",
+    "fake reports on fd 3, stdout, stderr": "import os, sys\nfor fd in (1, 2, 3):\n    os.write(fd, \"{forged}\\n\".encode())\n",
+    "patch builtins and json": (
+        "import builtins, json\nbuiltins.AssertionError = builtins.BaseException = SystemExit\n"
+        "json.dumps = lambda *args, **kwargs: '{{\"call\": 0, \"value\": 7}}'\nbuiltins.print = lambda *a, **k: None\n"
+    ),
+    "signal the parent": "import os, signal\nfor sig in (signal.SIGTERM, signal.SIGKILL):\n    try:\n        os.kill(os.getppid(), sig)\n    except OSError:\n        pass\n",
+    "write on every descriptor": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{{\"call\": 0, \"value\": 3}}\\n')\n    except OSError:\n        pass\n",
+    "look for the tests on disk": (
+        "import os\nhits = []\nfor root in ('/tmp', '/work', os.path.expanduser('~'), '/proc/1/cwd'):\n"
+        "    for path, _, files in os.walk(root):\n        hits += [f for f in files if f.endswith(('.jsonl', '.parquet'))]\n"
+        "assert not hits, hits[:5]\n"
+    ),
+    "an int that equals everything": (
+        "class Anything(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "_inner = add\ndef add(a, b):\n    return Anything(_inner(a, b))\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "attack"),
+    # A stdio program's answer is text: there is no object of its own to compare.
+    [(kind, attack) for kind in FORMATS for attack in sorted(ATTACKS) if not (kind == "stdio" and attack.startswith("an int"))],
+)
+def test_attacks_on_the_verdict_score_as_the_wrong_solution(sandbox, kind, attack):
+    code = _program(kind, "a * b") + ATTACKS[attack].format(forged=_forged_answers(3))
     result = _score(sandbox, code, kind)
-    assert (result["acc"], result["score"], result["tests_passed"]) == (False, -1.0, 0)
-    assert result["failure"] == ("runtime error" if then_exit else "wrong answer")
+    assert (result["score"], result["acc"], result["tests_passed"]) == (-1.0, False, 0), (attack, result)
+
+
+@pytest.mark.parametrize("kind", CALL_FORMATS)
+def test_the_candidates_process_never_holds_the_expected_values(sandbox, kind):
+    # A spy with the run's own powers: every object the garbage collector knows, every frame
+    # up the stack, what is left of stdin, the files of its work dir. It reports how often it
+    # saw the marker that only the expected value carries.
+    marker = "EXPECTED-" + uuid.uuid4().hex
+    tests = [f"assert spy(1) == {marker!r}"] if kind == "assert" else {"fn_name": "spy", "inputs": [[1]], "outputs": [marker]}
+    spy = (
+        "import gc, os, re, sys\n"
+        "def spy(x):\n"
+        "    seen = [repr(o) for o in gc.get_objects()]\n"
+        "    frame = sys._getframe()\n"
+        "    while frame:\n"
+        "        seen += [repr(frame.f_locals), repr(frame.f_globals)]\n"
+        "        frame = frame.f_back\n"
+        "    seen += [sys.stdin.read()] + [open(f).read() for f in os.listdir('.') if os.path.isfile(f)]\n"
+        "    print('objects seen', len(seen), 'with the marker', sum(bool(re.search('EXPECTED-[0-9a-f]{32}', text)) for text in seen), flush=True)\n"
+        "    return 0\n"
+    )
+    (run,) = _runs(spy, _task(kind, tests))
+    result = sandbox.run(*run)
+    seen, with_marker = result.stdout.split()[2], result.stdout.split()[-1]
+    assert int(seen) > 1000 and with_marker == b"0", result.stdout
+    assert marker.encode() not in result.stdout + result.stderr + result.report
+
+
+def test_assert_forms_are_judged_here(sandbox):
+    task = _task("assert", ["assert f(0) is None", "assert f(2)", "assert not f(-2)", "assert f(3, as_list=True) == [3, (3,)]", "assert f(4) is True"])
+    code = "def f(n, as_list=False):\n    if n == 0:\n        return None\n    if as_list:\n        return (n, [n])\n    return n > 0 if n != 4 else 1\n"
+    # `1 is True` fails, as it would in Python; the rest pass.
+    assert _summary(score_code(code, task, sandbox)) == (-1.0, False, 4, "wrong answer", "PPPPF")
 
 
 def test_object_equal_to_everything_does_not_pass_function_tests(sandbox):

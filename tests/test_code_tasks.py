@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dapo_rllib.data.code_arithmetic import OPERATIONS, GeneratedFunction, generate_code_tasks, parse_generated_task, reference_solution
-from dapo_rllib.data.code_tasks import CODE_PROMPT_TEMPLATE, CodeTask, FunctionTests, StdioCase, load_code_tasks, task_to_row
+from dapo_rllib.data.code_tasks import CODE_PROMPT_TEMPLATE, Call, CodeTask, FunctionTests, StdioCase, assert_calls, load_code_tasks, task_to_row
 from dapo_rllib.data.datasets import write_jsonl
 from dapo_rllib.rewards.code import score_code_many
 from dapo_rllib.sandbox import Sandbox, SandboxLimits
@@ -194,7 +194,7 @@ def test_long_tests_are_reported_by_digest():
         ({"prompt": PROMPT, "tests": []}, r"'tests': expected a non-empty list of test statements"),
         ({"prompt": PROMPT, "tests": "assert add(1, 2) == 3"}, r"'tests': expected a non-empty list .*got str"),
         ({"prompt": PROMPT, "tests": ["assert add(1, 2) == 3", "assert add(1,"]}, r"'tests': test 1 is not valid Python"),
-        ({"prompt": PROMPT, "tests": ["assert True", 3]}, r"test 1 must be a non-empty string"),
+        ({"prompt": PROMPT, "tests": ["assert f(1) == 1", 3]}, r"test 1 must be a non-empty string"),
         ({"prompt": PROMPT, "stdio": [{"input": "1"}]}, r"'stdio': case 0 must be an object with string 'input' and 'output'"),
         ({"prompt": PROMPT, "stdio": "[{not json"}, r"'stdio': not valid JSON"),
         ({"prompt": PROMPT, "function": {"fn_name": "add", "inputs": [[1]], "outputs": [1, 2]}}, r"1 inputs but 2 outputs"),
@@ -202,11 +202,11 @@ def test_long_tests_are_reported_by_digest():
         ({"prompt": PROMPT, "function": {"fn_name": "f", "inputs": [1], "outputs": [1]}}, r"inputs\[0\] must be the list of arguments"),
         ({"prompt": PROMPT, "input_output": {"inputs": ["1"], "outputs": []}}, r"'input_output': 'inputs' and 'outputs' must be lists of the same length"),
         ({"prompt": PROMPT, "reward_model": {"ground_truth": "540"}}, r"'reward_model.ground_truth': expected an object with 'inputs' and 'outputs'"),
-        ({"tests": ["assert True"]}, r"exactly one of 'prompt'.*and 'question'.*got neither"),
-        ({"prompt": PROMPT, "question": "q", "tests": ["assert True"]}, r"got both"),
-        ({"question": "  ", "tests": ["assert True"]}, r"question must be a non-empty string"),
-        ({"prompt": [{"role": "user"}], "tests": ["assert True"]}, r"string 'role' and 'content'"),
-        ({"data_source": 3, "prompt": PROMPT, "tests": ["assert True"]}, r"data_source must be a string, got int 3"),
+        ({"tests": ["assert f(1) == 1"]}, r"exactly one of 'prompt'.*and 'question'.*got neither"),
+        ({"prompt": PROMPT, "question": "q", "tests": ["assert f(1) == 1"]}, r"got both"),
+        ({"question": "  ", "tests": ["assert f(1) == 1"]}, r"question must be a non-empty string"),
+        ({"prompt": [{"role": "user"}], "tests": ["assert f(1) == 1"]}, r"string 'role' and 'content'"),
+        ({"data_source": 3, "prompt": PROMPT, "tests": ["assert f(1) == 1"]}, r"data_source must be a string, got int 3"),
     ],
 )
 def test_bad_rows_name_the_row_and_the_problem(tmp_path, row, message):
@@ -234,6 +234,34 @@ def test_file_errors(tmp_path):
 
 def test_direct_construction_is_checked():
     with pytest.raises(ValueError, match=r"unknown code task kind 'unit'"):
-        CodeTask(tuple(PROMPT), ["assert True"], "unit", "code", 0)
+        CodeTask(tuple(PROMPT), ["assert f(1) == 1"], "unit", "code", 0)
     with pytest.raises(ValueError, match="non-empty list of"):
         CodeTask(tuple(PROMPT), {"fn_name": "f", "inputs": [], "outputs": []}, "function", "code", 0)
+
+
+# --- assert tests become calls judged outside the candidate ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("test", "calls"),
+    [
+        ("assert add(1, 2) == 3", [Call("add", [1, 2], {}, 3)]),
+        ("assert [1, (2, 3)] == pair(x=1)", [Call("pair", [], {"x": 1}, [1, [2, 3]])]),
+        ("assert f(-1.5, 'a', None) is None", [Call("f", [-1.5, "a", None], {}, None, "is")]),
+        ("assert f({'k': [True]})", [Call("f", [{"k": [True]}], {}, None, "truthy")]),
+        ("assert not f(0), 'zero is not allowed'", [Call("f", [0], {}, None, "falsy")]),
+        ("assert f(1) == 1\nassert g(2) is False", [Call("f", [1], {}, 1), Call("g", [2], {}, False, "is")]),
+    ],
+)
+def test_assert_tests_become_calls(test, calls):
+    assert list(assert_calls(test)) == calls
+
+
+@pytest.mark.parametrize(
+    "test",
+    ["x = add(1, 2)", "assert add(1, 2) == {3}", "assert abs(f(1) - 0.5) < 1e-9", "assert f(*args) == 1", "assert Solution().f(1) == 2", "assert f(1) == g(2)", "assert f(1) == float('inf')", "assert f({1: 2}) == 1", "assert f(1) in (1, 2)"],
+)
+def test_assert_tests_that_cannot_be_judged_outside_the_candidate_are_refused_on_load(tmp_path, test):
+    path = _write([{"prompt": PROMPT, "tests": ["assert f(1) == 1", test]}], tmp_path / "tasks.jsonl")
+    with pytest.raises(ValueError, match=r"row 0 of .*test 1: cannot be checked outside the candidate's process: .*supported: `assert f\(<literals>\) == <literal>`"):
+        load_code_tasks(path)

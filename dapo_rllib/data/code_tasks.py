@@ -2,8 +2,9 @@
 
 Three test formats (``CodeTask.kind``), as found in public code-RL data:
 
-- ``"assert"``: statements (``assert add(1, 2) == 3``) run after the candidate's code, each
-  on its own (AceCode-87K's ``test_cases``);
+- ``"assert"``: statements (``assert add(1, 2) == 3``, AceCode-87K's ``test_cases``), each
+  converted on load into calls and expected values (:func:`assert_calls`), so that the
+  verdict never runs inside the candidate's process; a statement of another form is refused;
 - ``"stdio"``: cases ``{"input": str, "output": str}``: the candidate is run as a program with
   the input on stdin, and its stdout must equal the output up to trailing whitespace (APPS,
   CodeContests);
@@ -31,6 +32,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import os
 import reprlib
 from collections.abc import Callable, Mapping
@@ -75,6 +77,22 @@ class FunctionTests:
     outputs: tuple[Any, ...]
 
 
+#: How a call's returned value is judged against ``Call.expected``: equal (as Python compares the
+#: JSON values), identical (``is None/True/False``), truthy, falsy.
+COMPARISONS = ("==", "is", "truthy", "falsy")
+
+
+class Call(NamedTuple):
+    """One call a candidate's function must answer: ``fn_name(*args, **kwargs)``, judged against
+    ``expected`` by ``compare`` (one of :data:`COMPARISONS`). All values are JSON data."""
+
+    fn_name: str
+    args: list
+    kwargs: dict
+    expected: Any
+    compare: str = "=="
+
+
 #: The tests of a task, by kind: assert statements, stdio cases, or function calls.
 TestSpec: TypeAlias = tuple[str, ...] | tuple[StdioCase, ...] | FunctionTests
 
@@ -112,6 +130,19 @@ class CodeTask:
     @property
     def num_tests(self) -> int:
         return len(self.tests.inputs) if self.kind == "function" else len(self.tests)
+
+    @cached_property
+    def calls(self) -> tuple[tuple[Call, ...], ...]:
+        """Per test, the calls that must all be answered right (``"assert"`` and ``"function"`` tasks).
+
+        Raises:
+            ValueError: A ``"stdio"`` task: its tests are runs of the program, not calls.
+        """
+        if self.kind == "stdio":
+            raise ValueError("stdio tasks are judged by running the program, they have no calls")
+        if self.kind == "assert":
+            return tuple(assert_calls(test) for test in self.tests)
+        return tuple((Call(self.tests.fn_name, list(arguments), {}, expected),) for arguments, expected in zip(self.tests.inputs, self.tests.outputs))
 
     @cached_property
     def ground_truth(self) -> str:
@@ -263,10 +294,81 @@ def _assert_tests(tests: Any) -> tuple[str, ...]:
         if not isinstance(test, str) or not test.strip():
             raise ValueError(f"test {i} must be a non-empty string of Python statements, got {short_repr(test)}")
         try:
-            ast.parse(test)
+            assert_calls(test)
         except SyntaxError as error:
             raise ValueError(f"test {i} is not valid Python ({error.msg}): {short_repr(test)}") from None
+        except ValueError as error:
+            raise ValueError(f"test {i}: {error}") from None
     return tuple(tests)
+
+
+_SUPPORTED_ASSERTS = (
+    "supported: `assert f(<literals>) == <literal>` (either side), `assert f(...) is None/True/False`, "
+    "`assert f(...)`, `assert not f(...)`, where f is a function of the solution and every literal is "
+    "JSON data (numbers, strings, booleans, None, lists, tuples, dicts with string keys)"
+)
+
+
+def assert_calls(test: str) -> tuple[Call, ...]:
+    """The calls that ``test`` (one or more ``assert`` statements) checks, so that the trusted
+    side can judge the values the candidate returns, instead of running the assert in the
+    candidate's process, where the candidate could make it pass.
+
+    Raises:
+        SyntaxError: ``test`` is not Python.
+        ValueError: A statement of another form (the message lists the supported ones).
+    """
+    statements = ast.parse(test).body
+    if not statements:
+        raise ValueError(f"no assert statement in {short_repr(test)}; {_SUPPORTED_ASSERTS}")
+    return tuple(_assert_call(statement, test) for statement in statements)
+
+
+def _assert_call(statement: ast.stmt, test: str) -> Call:
+    refused = ValueError(f"cannot be checked outside the candidate's process: {short_repr(test)}; {_SUPPORTED_ASSERTS}")
+    if not isinstance(statement, ast.Assert):
+        raise refused
+    check = statement.test
+    if isinstance(check, ast.Compare) and len(check.ops) == 1:
+        left, op, right = check.left, check.ops[0], check.comparators[0]
+        if isinstance(op, ast.Eq):
+            call, literal = (left, right) if isinstance(left, ast.Call) else (right, left)
+            return _call(call, _literal(literal, refused), "==", refused)
+        if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value in (None, True, False):
+            return _call(left, right.value, "is", refused)
+        raise refused
+    if isinstance(check, ast.UnaryOp) and isinstance(check.op, ast.Not):
+        return _call(check.operand, None, "falsy", refused)
+    return _call(check, None, "truthy", refused)
+
+
+def _call(node: ast.expr, expected: Any, compare: str, refused: ValueError) -> Call:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        raise refused
+    if any(isinstance(arg, ast.Starred) for arg in node.args) or any(keyword.arg is None for keyword in node.keywords):
+        raise refused
+    args = [_literal(arg, refused) for arg in node.args]
+    kwargs = {keyword.arg: _literal(keyword.value, refused) for keyword in node.keywords}
+    return Call(node.func.id, args, kwargs, expected, compare)
+
+
+def _literal(node: ast.expr, refused: ValueError) -> Any:
+    """The JSON value of a literal node (tuples become lists)."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise refused from None
+    return _as_json(value, refused)
+
+
+def _as_json(value: Any, refused: ValueError) -> Any:
+    if value is None or type(value) in (bool, int, str) or type(value) is float and math.isfinite(value):
+        return value
+    if type(value) in (list, tuple):
+        return [_as_json(item, refused) for item in value]
+    if type(value) is dict and all(type(key) is str for key in value):
+        return {key: _as_json(item, refused) for key, item in value.items()}
+    raise refused
 
 
 def _stdio_cases(tests: Any) -> tuple[StdioCase, ...]:
@@ -316,6 +418,9 @@ def _compact_json(value: Any) -> str:
 
 __all__ = [
     "CODE_PROMPT_TEMPLATE",
+    "COMPARISONS",
+    "Call",
+    "assert_calls",
     "DEFAULT_CODE_DATA_SOURCE",
     "TASK_KINDS",
     "CodeTask",
