@@ -398,7 +398,7 @@ def _function_tests(tests: Any) -> FunctionTests:
         if not isinstance(arguments, (list, tuple)):
             raise ValueError(f"inputs[{i}] must be the list of arguments of a call, got {short_repr(arguments)}")
     try:
-        # Round-tripped so the spec holds exactly the JSON values the sandboxed harness compares with.
+        # Round-tripped so the spec holds exactly the JSON values the scorer compares the answers with.
         inputs, outputs = json.loads(json.dumps([inputs, outputs], allow_nan=False))
     except (TypeError, ValueError) as error:
         raise ValueError(f"inputs and outputs must be JSON values ({error})") from None
