@@ -47,7 +47,7 @@ TINY_EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "dapo" /
 
 def tiny_example_config():
     """The main job's config, read from its tuned example."""
-    return load_config_file(TINY_EXAMPLE)[0]
+    return load_config_file(TINY_EXAMPLE).config
 
 
 def bare_generate(env_runner, num_prompts: int) -> tuple[int, float, int]:

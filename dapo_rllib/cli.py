@@ -7,7 +7,7 @@
     rllib plot <run dir> [--out PNG]
 
 `train file` takes any file that defines an AlgorithmConfig named `config` (and optionally a
-`stop` dict), as the removed tool did: DAPO's tuned examples, or a stock PPO CartPole config.
+`stop` dict), as the removed tool did (a file may also define `after_run(outcomes, run_dir)`): DAPO's tuned examples, or a stock PPO CartPole config.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 def _train(args) -> None:
     from dapo_rllib.train import TrainOptions, load_config_file, train
 
-    config, stop = load_config_file(args.file)
-    train(config, TrainOptions.from_args(args, stop))
+    config, stop, after_run = load_config_file(args.file)
+    train(config, TrainOptions.from_args(args, stop), after_run)
 
 
 def _evaluate(args) -> None:

@@ -300,6 +300,8 @@ class _Setup:
         outer += ["--proc", "/proc", "--dev", "/dev"]
         for scratch in ("/tmp", "/dev/shm"):
             outer += ["--size", tmpfs_bytes, "--perms", "1777", "--tmpfs", scratch]
+            # bwrap may live there (a virtual environment under /tmp): the inner one needs it.
+            outer += _bind_back(scratch, [path for path in sorted(self.bwrap_dirs) if Path(path).is_relative_to(scratch)])
         if self.setpriv is None:
             outer += ["--unshare-user", "--"]
         else:
@@ -322,14 +324,19 @@ class _Setup:
 
 def _cover(hidden: str, kept: list[str]) -> list[str]:
     """bwrap arguments: an empty read-only tmpfs over ``hidden``, with ``kept`` bound back."""
-    arguments = ["--size", str(1 << 20), "--tmpfs", hidden]
-    for path in kept:
+    return ["--size", str(1 << 20), "--tmpfs", hidden, *_bind_back(hidden, kept), "--remount-ro", hidden]
+
+
+def _bind_back(mount: str, paths: list[str]) -> list[str]:
+    """bwrap arguments: ``paths`` (under the fresh tmpfs ``mount``) bound back read-only."""
+    arguments = []
+    for path in paths:
         # parents created by bind mounts would be private to root, so make them first
         for parent in reversed(Path(path).parents):
-            if parent.is_relative_to(hidden) and parent != Path(hidden):
+            if parent.is_relative_to(mount) and parent != Path(mount):
                 arguments += ["--dir", str(parent)]
         arguments += ["--ro-bind", path, path]
-    return arguments + ["--remount-ro", hidden]
+    return arguments
 
 
 def _find_bwrap() -> str:

@@ -8,14 +8,17 @@ Nothing is downloaded. `ensure_tiny_model(task)` builds, once, into a cache dire
 3. a short supervised warm start on worked answers, so that RL starts from a policy that is
    sometimes right.
 
-Two tasks (`RECIPES`): "arithmetic" (the math environment's built-in problems) and "code" (the
-code environment's generated function-writing tasks). The warm start imitates several ways of
-answering, in fixed proportions, and only some of them earn the reward:
+Three tasks (`RECIPES`): "arithmetic" (the math environment's built-in problems), "code" (the
+code environment's generated function-writing tasks) and "sums" (the ablation's scratchpad sums,
+dapo_rllib/data/scratchpad_sums.py). The warm start imitates several ways of answering, in fixed
+proportions, and only some of them earn the reward:
 
 - arithmetic: "Answer: 85" is right; "Answer: 85." keeps its period and "The answer is 85." has
   no "Answer:" line, both wrong for the DAPO math scorer (see rewards/math_dapo.py);
 - code: `return a + b` in the requested function is right; printing instead of returning, or
-  naming the function `solution`, fails the tests.
+  naming the function `solution`, fails the tests;
+- sums: all three styles are in the right format and differ in length (SUMS_ANSWER_STYLES):
+  what the reward then selects is getting the sum right within the response limit.
 
 Part of what RL then learns from the verifiable reward is that format, the rest is getting the
 task right: both show up in held-out accuracy. The result is a plain `save_pretrained`
@@ -41,6 +44,7 @@ import torch
 
 from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
 from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
+from dapo_rllib.data.scratchpad_sums import generate_sum_problems, parse_sum_question, scratchpad_lines
 from dapo_rllib.data.prompts import render_prompt_ids
 
 
@@ -55,6 +59,11 @@ CHAT_TEMPLATE = (
 ANSWER_STYLES = ((0.4, "Answer: {r}"), (0.3, "Answer: {r}."), (0.3, "The answer is {r}."))
 # (weight, style) of a code answer; only "return" passes the tests.
 CODE_ANSWER_STYLES = ((0.4, "return"), (0.3, "print"), (0.3, "wrong name"))
+# (weight, style) of a sums answer, all in the right format: the scratchpad; the same with spaces
+# around + and = (right as often, half as long again: long sums no longer fit the response
+# limit); the answer alone (short, right only when the sum is done in one go).
+SUMS_ANSWER_STYLES = ((0.4, "scratchpad"), (0.3, "spaced"), (0.3, "direct"))
+SUMS_TRAIN_PROBLEMS = 2400
 
 
 def worked_solution(problem_text: str, style: str) -> str:
@@ -74,6 +83,13 @@ def code_answer(task, style: str) -> str:
     return solution
 
 
+def sums_answer(problem_text: str, style: str) -> str:
+    """The worked answer to a scratchpad-sums problem in one of the SUMS_ANSWER_STYLES."""
+    start, addends = parse_sum_question(problem_text)
+    lines = [] if style == "direct" else scratchpad_lines(start, addends, spaced=style == "spaced")
+    return "\n".join([*lines, f"Answer: {start + sum(addends)}"])
+
+
 def _code_train_tasks(seed: int) -> list:
     return generate_code_tasks("train", seed=seed)
 
@@ -87,12 +103,15 @@ class WarmStartRecipe:
         train_problems: seed -> training problems (with chat `messages`).
         answer: (problem, style) -> the response text imitated.
         styles: (weight, style) pairs: how often each way of answering is imitated.
+        sft_steps, batch_size: Length of the warm start: how far from right the RL starts.
     """
 
     version: str
     train_problems: Callable[[int], list]
     answer: Callable[[Any, str], str]
     styles: tuple[tuple[float, str], ...]
+    sft_steps: int = 800
+    batch_size: int = 64
 
 
 RECIPES: dict[str, WarmStartRecipe] = {
@@ -103,6 +122,15 @@ RECIPES: dict[str, WarmStartRecipe] = {
         ANSWER_STYLES,
     ),
     "code": WarmStartRecipe("tiny-qwen2-code-v1", _code_train_tasks, code_answer, CODE_ANSWER_STYLES),
+    "sums": WarmStartRecipe(
+        "tiny-qwen2-sums-v1",
+        lambda seed: generate_sum_problems("train", SUMS_TRAIN_PROBLEMS, seed=seed),
+        lambda problem, style: sums_answer(problem.prompt_text, style),
+        SUMS_ANSWER_STYLES,
+        # Light: the RL starts right on about a third of held-out sums.
+        sft_steps=600,
+        batch_size=32,
+    ),
 }
 
 
@@ -212,14 +240,14 @@ def build_tiny_model(
     output_dir: str | os.PathLike,
     *,
     task: str = "arithmetic",
-    sft_steps: int = 800,
-    batch_size: int = 64,
+    sft_steps: int | None = None,
+    batch_size: int | None = None,
     lr: float = 3e-3,
     seed: int = 0,
 ) -> Path:
     """Build tokenizer + Qwen2 model, warm-start it and `save_pretrained` it to `output_dir`.
 
-    Written atomically (see `_save`).
+    `sft_steps` and `batch_size` default to the task's recipe. Written atomically (see `_save`).
     """
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -248,7 +276,7 @@ def build_tiny_model(
     model = Qwen2ForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"[tiny model] building a {n_params / 1e6:.2f}M-parameter Qwen2 for {task} into {output_dir}", flush=True)
-    _warm_start(recipe, model, tokenizer, steps=sft_steps, batch_size=batch_size, lr=lr, seed=seed)
+    _warm_start(recipe, model, tokenizer, steps=sft_steps or recipe.sft_steps, batch_size=batch_size or recipe.batch_size, lr=lr, seed=seed)
 
     return _save(model, tokenizer, output_dir)
 

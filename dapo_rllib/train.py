@@ -19,10 +19,11 @@ import math
 import runpy
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import ray
 from ray import tune
@@ -113,8 +114,18 @@ class TrialOutcome:
         return {k.removeprefix(prefix): v for k, v in self.last.items() if k.startswith(prefix) and k.rsplit("/", 1)[-1].startswith("avg@")}
 
 
-def load_config_file(path: str | Path) -> tuple[AlgorithmConfig, dict | None]:
-    """`config` (an AlgorithmConfig) and the optional `stop` dict defined by a Python file."""
+class ConfigFile(NamedTuple):
+    """What a train file defines: `config` (an AlgorithmConfig), optionally `stop` (a dict) and
+    `after_run(outcomes, run_dir)`, called when the run has ended (e.g. to write a report into the
+    run directory)."""
+
+    config: AlgorithmConfig
+    stop: dict | None = None
+    after_run: Callable[[list[TrialOutcome], Path], Any] | None = None
+
+
+def load_config_file(path: str | Path) -> ConfigFile:
+    """`config`, and the optional `stop` and `after_run`, defined by a Python file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {str(path)!r} does not exist")
@@ -126,7 +137,10 @@ def load_config_file(path: str | Path) -> tuple[AlgorithmConfig, dict | None]:
     stop = namespace.get("stop")
     if stop is not None and not isinstance(stop, dict):
         raise ValueError(f"`stop` in {str(path)!r} must be a dict like {{'training_iteration': 20}}, got {stop!r}")
-    return config, stop
+    after_run = namespace.get("after_run")
+    if after_run is not None and not callable(after_run):
+        raise ValueError(f"`after_run` in {str(path)!r} must be a function (outcomes, run_dir), got {after_run!r}")
+    return ConfigFile(config, stop, after_run)
 
 
 def is_uri(path: str | Path) -> bool:
@@ -168,8 +182,9 @@ def search_space_keys(config: AlgorithmConfig) -> list[str]:
     return [k for k, v in config.to_dict().items() if isinstance(v, Domain) or (isinstance(v, dict) and "grid_search" in v)]
 
 
-def train(config: AlgorithmConfig, opts: TrainOptions) -> list[TrialOutcome]:
-    """Run `config` until `opts.stop`; print the trial table and where everything went."""
+def train(config: AlgorithmConfig, opts: TrainOptions, after_run: Callable[[list[TrialOutcome], Path], Any] | None = None) -> list[TrialOutcome]:
+    """Run `config` until `opts.stop`; print the trial table and where everything went, then
+    call `after_run(outcomes, run_dir)` (a train file's, see `ConfigFile`)."""
     if not opts.stop:
         raise ValueError("no stop criteria: pass --stop '{\"training_iteration\": N}' or define `stop` in the config file")
     if opts.restore is not None and not _exists(opts.restore):
@@ -195,6 +210,8 @@ def train(config: AlgorithmConfig, opts: TrainOptions) -> list[TrialOutcome]:
     else:
         outcomes = _train_with_tune(config, opts, storage, name, searched)
     print_report(outcomes, searched, run_dir, remote)
+    if after_run is not None:
+        after_run(outcomes, run_dir)
     if remote:
         # Checkpoints went up when saved.
         for item in run_dir.iterdir():
@@ -374,7 +391,7 @@ def _jsonable(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def run_example(config: AlgorithmConfig, stop: dict[str, float]) -> list[TrialOutcome]:
+def run_example(config: AlgorithmConfig, stop: dict[str, float], after_run: Callable[[list[TrialOutcome], Path], Any] | None = None) -> list[TrialOutcome]:
     """Entry point of a tuned example file: `python <file> [train options]`."""
     parser = argparse.ArgumentParser(description="Train this tuned example (options as for `rllib train file`).")
-    return train(config, TrainOptions.from_args(add_train_options(parser).parse_args(), stop))
+    return train(config, TrainOptions.from_args(add_train_options(parser).parse_args(), stop), after_run)

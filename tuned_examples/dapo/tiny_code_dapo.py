@@ -19,7 +19,7 @@ from pathlib import Path
 from dapo_rllib.tiny_model import ensure_tiny_model
 from dapo_rllib.train import load_config_file, run_example
 
-math_config, stop = load_config_file(Path(__file__).with_name("tiny_arithmetic_dapo.py"))
+math_config, stop, _ = load_config_file(Path(__file__).with_name("tiny_arithmetic_dapo.py"))
 config = (
     math_config.copy(copy_frozen=False)
     .environment("dapo_code", env_config={"dataset": "generated", "split": "train"})
