@@ -123,7 +123,7 @@ ENV_CONFIGS = [
     ("unknown config key", {"num_problem": 3}, ValueError, [r"unknown MathEnv config keys \['num_problem'\]; valid keys: \[.*'num_problems'"]),
     ("dataset not a path", {"dataset": 5}, TypeError, [r"MathEnv 'dataset' must be 'arithmetic' or a file path, got int 5"]),
     ("num_problems with a file", {"dataset": "FILE", "num_problems": 3}, ValueError, [r"'num_problems' applies to the 'arithmetic' dataset only, not to file '.*good\.jsonl'"]),
-    ("data_source without a scorer", {"dataset": "GSM8K_FILE"}, ValueError, [r"no default scorer for data_source 'gsm8k'", r"data sources with a default: \['arithmetic', 'math_dapo'\]"]),
+    ("data_source without a scorer", {"dataset": "GSM8K_FILE"}, ValueError, [r"no default scorer for data_source 'gsm8k'", r"data sources with a default: \['arithmetic', 'math_dapo', 'scratchpad_sums'\]"]),
     ("unknown scorer", {"scorer": "no_such_scorer"}, ValueError, [r"no_such_scorer"]),
     ("bad score_timeout_s", {"score_timeout_s": -1}, ValueError, [r"'score_timeout_s' must be a finite number of seconds > 0.*got -1"]),
 ]

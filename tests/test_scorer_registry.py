@@ -52,7 +52,7 @@ def test_scorer_for_choices():
 
 
 def test_scorer_for_unknown_source_says_how_to_choose():
-    with pytest.raises(ValueError, match=r"'code_contests'.*\['arithmetic', 'math_dapo'\].*'scorer'"):
+    with pytest.raises(ValueError, match=r"'code_contests'.*\['arithmetic', 'math_dapo', 'scratchpad_sums'\].*'scorer'"):
         scorer_for("code_contests", None)
     with pytest.raises(ValueError, match="'code_contests'"):
         scorer_for("code_contests", {"math_dapo": "math_verify"})
