@@ -127,8 +127,10 @@ RECIPES: dict[str, WarmStartRecipe] = {
         lambda seed: generate_sum_problems("train", SUMS_TRAIN_PROBLEMS, seed=seed),
         lambda problem, style: sums_answer(problem.prompt_text, style),
         SUMS_ANSWER_STYLES,
-        # Light: the RL starts right on about a third of held-out sums.
-        sft_steps=600,
+        # Light: the RL starts right on about a third of held-out sums (avg@4 0.34). The
+        # accuracy jumps with the length of the warm start: 600 steps start at 0.12, where
+        # naive GRPO finds too few right answers to learn from; 1,000 start at 0.78.
+        sft_steps=800,
         batch_size=32,
     ),
 }

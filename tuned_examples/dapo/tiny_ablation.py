@@ -32,10 +32,9 @@ SEEDS = 3
 EVAL_SAMPLES = 4
 MAX_RESPONSE_LENGTH = 64
 SOFT_OVERLONG_BUFFER = 16  # L_cache: the last quarter of the response limit
-# Fixed before any ablation run, from the warm-started model's accuracy alone (avg@8 0.105 at
-# temperature 1: right on 31% of one-addend sums, 2% of six-addend ones): a stage "reaches the
-# target" when held-out avg@4 gets to 0.30.
-TARGET = 0.30
+# Fixed before the ablation ran, from the warm-started model's held-out avg@4 of 0.34 alone:
+# a stage "reaches the target" when it gets to 0.55.
+TARGET = 0.55
 METRIC = f"evaluation/{SUMS_DATA_SOURCE}/avg@{EVAL_SAMPLES}"
 
 model = ensure_tiny_model(task="sums")
@@ -64,14 +63,14 @@ base = (
         minibatch_size_prompts=4,
         max_prompt_length=64,
         max_response_length=MAX_RESPONSE_LENGTH,
-        lr=2e-4,
+        lr=1e-4,
         lr_warmup_steps=3,
         weight_decay=0.0,
     )
 )
 
 config = ablation_search_space(base, seeds=SEEDS, soft_overlong_buffer=SOFT_OVERLONG_BUFFER)
-stop = {"training_iteration": 60}
+stop = {"training_iteration": 40}
 
 
 def after_run(outcomes, run_dir) -> None:
