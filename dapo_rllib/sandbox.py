@@ -533,6 +533,8 @@ def _shell_exit_code(returncode: int) -> int:
 
 # --- the start-up check, once per process and binary ------------------------------------------
 
+# A hidden directory under /tmp (a checkout there) is not there at all inside: the run's own
+# /tmp replaces it, which hides it as well as an empty cover does.
 _CHECK_SOURCE: Final = """
 import json, os, socket
 try:
@@ -541,7 +543,7 @@ try:
 except PermissionError:
     memfd_refused = True
 facts = {"uid": os.getuid(), "pid": os.getpid(), "interfaces": [name for _, name in socket.if_nameindex()],
-         "memfd_refused": memfd_refused, "hidden": {path: os.listdir(path) for path in json.loads(input())}}
+         "memfd_refused": memfd_refused, "hidden": {path: os.listdir(path) if os.path.isdir(path) else [] for path in json.loads(input())}}
 os.write(3, json.dumps(facts).encode())
 """
 
