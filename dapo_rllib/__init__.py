@@ -17,6 +17,13 @@ NO_REGISTRATION_ENV = "DAPO_RLLIB_NO_REGISTRATION"
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
+# A quiet console: vLLM at WARNING and two known-harmless vLLM warnings of every weight update
+# dropped (see dapo_rllib.library_logs for why they are harmless); $DAPO_RLLIB_LIBRARY_LOGS=1
+# leaves the libraries' logging as they set it.
+from dapo_rllib.library_logs import quiet_library_logs  # noqa: E402  (after the defaults above)
+
+quiet_library_logs()
+
 try:
     import ray  # noqa: F401
 except ModuleNotFoundError:  # only the pure math is usable then

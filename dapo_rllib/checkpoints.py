@@ -8,13 +8,22 @@ from typing import Any, Callable
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_LEARNER_GROUP, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.utils.checkpoints import Checkpointable
+
+#: The file that makes a directory an RLlib checkpoint: the class that wrote it and its constructor arguments.
+CTOR_FILE = Checkpointable.CLASS_AND_CTOR_ARGS_FILE_NAME
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is an RLlib checkpoint directory (it has :data:`CTOR_FILE`)."""
+    return (Path(path) / CTOR_FILE).is_file()
 
 
 def _checked(path: str | Path) -> Path:
     path = Path(path)
-    if not (path / "class_and_ctor_args.pkl").is_file():
+    if not is_checkpoint(path):
         raise FileNotFoundError(
-            f"{str(path)!r} is not an RLlib algorithm checkpoint (no class_and_ctor_args.pkl); "
+            f"{str(path)!r} is not an RLlib algorithm checkpoint (no {CTOR_FILE}); "
             "expected a directory written by Algorithm.save_to_path, e.g. runs/<run>/checkpoint_000040"
         )
     return path
@@ -22,7 +31,7 @@ def _checked(path: str | Path) -> Path:
 
 def _ctor_info(path: str | Path) -> dict[str, Any]:
     """The checkpoint's class_and_ctor_args.pkl: {"class": the algorithm class, "ctor_args_and_kwargs": ...}."""
-    file = _checked(path) / "class_and_ctor_args.pkl"
+    file = _checked(path) / CTOR_FILE
     try:
         with open(file, "rb") as f:
             ctor = pickle.load(f)

@@ -24,7 +24,7 @@ def _train(args) -> None:
 
 
 def _evaluate(args) -> None:
-    from dapo_rllib.evaluation import evaluate
+    from dapo_rllib.evaluate import evaluate
 
     options = {k: v for k, v in vars(args).items() if k not in ("command", "func", "model")}
     evaluate(args.model, **options)

@@ -1,5 +1,6 @@
 """Every name that travels between DAPO's pieces, in one place (as RLlib's `Columns` does).
 
+    Info          keys of an environment's info dicts (typed in `dapo_rllib.contracts`)
     Extras        per-episode values the env runner writes into `extra_model_outputs`
     Columns       training-batch columns: RLlib's that DAPO uses, and DAPO's own
     Metrics       metric names, by the section of the results they appear in
@@ -11,14 +12,29 @@ A TensorBoard tag is `<section>/<name>` (see `tag`). Plain Python, no Ray: the p
 from __future__ import annotations
 
 
+class Info:
+    """Keys of the info dicts of a problem environment (`dapo_rllib.problem_env.ProblemEnv`): a scored
+    completion's (`contracts.ScoreInfo`, also what a scorer returns: `contracts.ScoreResult`) and a reset's
+    (`contracts.ResetInfo`). A test checks that they are the keys of those types."""
+
+    SCORE = "score"  # the reward the scorer gives (+1.0 / -1.0 for the math scorers)
+    ACC = "acc"  # correct (bool)
+    PRED = "pred"  # the extracted answer, or None; majority voting compares these
+    SCORE_TIMED_OUT = "score_timed_out"  # scoring ran out of time: scored wrong, counted
+    GROUND_TRUTH = "ground_truth"  # the problem's reference answer
+    DATA_SOURCE = "data_source"  # the problem's data source (metrics are per source)
+    PROBLEM_INDEX = "problem_index"  # the problem's index in the dataset; also the reset option that replays one
+    EPOCH = "epoch"  # epochs of the draw order completed before this problem was drawn
+
+
 class Extras:
     """Values of a one-step episode, set by `VLLMEnvRunner` and read by connectors and `DAPO`."""
 
     GROUP_ID = "group_id"  # episodes sampled for the same prompt share it
-    SCORE = "score"  # the verifier's reward, before length shaping
-    ACC = "acc"  # 0/1 correctness
+    SCORE = Info.SCORE  # the verifier's reward, before length shaping
+    ACC = Info.ACC  # 0/1 correctness
     TRUNCATED = "truncated"  # the response hit max_response_length
-    SCORE_TIMED_OUT = "score_timed_out"  # scoring ran out of time: scored wrong, counted
+    SCORE_TIMED_OUT = Info.SCORE_TIMED_OUT  # scoring ran out of time: scored wrong, counted
     OVERLONG_PENALTY = "overlong_penalty"  # the soft overlong punishment added to the reward
     ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-prob of each sampled token (float32 array)
 
@@ -81,7 +97,7 @@ class Metrics:
     GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
     ITERATION_S = "iteration_s"
     EVALUATION_S = "evaluation_s"
-    EVAL_TIME_S = "eval_time_s"  # its name in the evaluation results, next to RLlib's counters
+    EVAL_TIME_S = "eval_time_s"  # in the evaluation results (next to RLlib's counters) and `rllib evaluate`'s report
 
     # learner/: the update.
     POLICY_LOSS = "policy_loss"
@@ -107,6 +123,15 @@ class Metrics:
 
     # progress/: lifetime counters.
     ENV_STEPS_SAMPLED = "env_steps_sampled"
+
+    # evaluation/<data source>/: validation (`dapo_rllib.eval_metrics`), with RESPONSE_LENGTH_MEAN,
+    # TRUNCATION_RATIO and SCORING_TIMEOUTS. A name ending in "@" is followed by a sample count:
+    # f"{Metrics.AVG_AT}{n}" is "avg@32" for n = 32.
+    AVG_AT = "avg@"  # avg@n: mean accuracy of n samples per problem (the headline number)
+    PASS_AT = "pass@"  # pass@k: some of k of the n samples is correct (unbiased estimate)
+    MAJ_AT = "maj@"  # maj@n: the majority answer of the n samples is correct
+    NUM_PROBLEMS = "num_problems"
+    NUM_SAMPLES = "num_samples"
 
 
 def tag(section: str, name: str) -> str:

@@ -34,7 +34,7 @@ class PadTokenBatch(ConnectorV2):
     response and loss masks.
 
     The loss mask is the response mask with truncated responses zeroed when overlong
-    filtering is on (DAPO §2.4), so every later token count is counted after masking.
+    filtering is on (docs/algorithm.md §2.4), so every later token count is counted after masking.
     """
 
     def __init__(self, *args, pad_token_id: int, overlong_filtering: bool, **kwargs):
@@ -83,7 +83,7 @@ class PadTokenBatch(ConnectorV2):
 
 
 class GroupAdvantages(ConnectorV2):
-    """Group-normalised advantage of each response (DAPO §1), broadcast over its tokens.
+    """Group-normalised advantage of each response (docs/algorithm.md §1), broadcast over its tokens.
 
     The score is the episode's reward: the verifier's score plus the soft overlong penalty,
     both added by the env runner.
@@ -106,7 +106,7 @@ class GroupAdvantages(ConnectorV2):
 class RecomputeOldLogProbs(ConnectorV2):
     """Log-probs of the sampled tokens under the policy before this training step's updates.
 
-    DAPO (§5) recomputes them with the trainer's model rather than trusting the inference
+    DAPO (docs/algorithm.md §5) recomputes them with the trainer's model rather than trusting the inference
     engine's numbers, which differ (kernels, precision). Runs without grad in the learner's
     token-budget micro-batches (`micro_batching`); its wall time is one of the step's timers
     (`timing/old_log_probs_s`). Not in the pipeline when a batch gets one optimizer step

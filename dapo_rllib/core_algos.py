@@ -4,7 +4,7 @@ Nothing here knows about Ray, vLLM or trainer state, so every function can be
 checked against the paper (Yu et al., 2025, "DAPO: An Open-Source LLM
 Reinforcement Learning System at Scale", arXiv 2503.14476) and tested on small
 hand-made tensors. The paper's techniques are named by its section titles;
-``§`` numbers point to the project's design notes, ``DAPO.md``.
+``§`` numbers point to the project's design notes, ``docs/algorithm.md``.
 
 Notation: ``G`` responses ``o_1..o_G`` per prompt, reward ``R_i`` per response,
 ``r_{i,t} = pi_theta(o_{i,t} | ...) / pi_old(o_{i,t} | ...)`` per token.
@@ -34,7 +34,7 @@ function                           paper
 ``rollout_correction_weights``,    not in the paper: truncated importance weights
 ``rollout_mismatch``               ``min(pi_old / pi_rollout, C)`` for sampling
                                    from vLLM rather than the learner, and the
-                                   mismatch they correct (SCALE.md §4).
+                                   mismatch they correct (docs/scaling.md §5).
 ``kl_penalty``                     the KL term DAPO removes (beta = 0, §1); kept
                                    for GRPO baselines.
 ``masked_mean``,                   helpers for the learner's metrics (entropy is
@@ -283,7 +283,7 @@ def agg_loss(
     data-parallel learners), pass the whole mini-batch's ``num_tokens`` /
     ``num_seqs`` to every piece and sum the pieces' losses (or gradients): the
     result is then exactly the mini-batch's loss, never a mean of per-piece
-    means (DAPO.md §8). Where gradients are averaged across learners (as
+    means (docs/algorithm.md §8). Where gradients are averaged across learners (as
     DistributedDataParallel does), scale each learner's loss by the number of
     learners to turn that average back into the sum. Overrides a mode does not
     use are ignored.
@@ -615,7 +615,7 @@ def overlong_penalty(
 
 
 # --------------------------------------------------------------------------
-# Rollout / learner mismatch (SCALE.md §4)
+# Rollout / learner mismatch (docs/scaling.md §5)
 # --------------------------------------------------------------------------
 
 ROLLOUT_CORRECTIONS = (None, "tis")

@@ -1,6 +1,6 @@
 """DAPO's learner under DeepSpeed ZeRO: parameters, gradients and optimizer state sharded.
 
-RLlib's TorchLearner knows one device per learner and DDP (RLLIB_NOTES §2, §10.5); this learner
+RLlib's TorchLearner knows one device per learner and DDP (docs/rllib.md §5); this learner
 hands DAPO's own model and AdamW to `deepspeed.initialize`, so ZeRO stage 2 (gradients and
 optimizer state sharded) or 3 (parameters too), with optional optimizer offload to host
 memory, trains the same loss. On CPU DeepSpeed runs with `DS_ACCELERATOR=cpu` and gloo.
@@ -28,9 +28,11 @@ from typing import Any
 import torch
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_OPTIMIZER, COMPONENT_RL_MODULE
 from ray.rllib.core.learner.learner_group import LearnerGroup
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.utils.annotations import override
 
-from dapo_rllib.columns import Metrics
 from dapo_rllib.learner import DAPOTorchLearner
+from dapo_rllib.ray_private import learner_results, subcomponents, wants_component
 
 ZERO_OPTIMIZER_SHARDS = "zero_optimizer_shards"  # learner state: {rank: that rank's ZeRO optimizer state}
 
@@ -71,6 +73,8 @@ def load_deepspeed_config(value: dict | str | os.PathLike) -> dict:
         # DeepSpeed 0.19.8's stage 2 loses its fp32 gradient buffer at an accumulation boundary
         # set by hand (AttributeError in copy_grads_in_partition); stage 3 offloads fine.
         raise ValueError("offload_optimizer needs zero_optimization.stage=3 here: stage 2 with offload fails under gradient accumulation")
+    if not zero.get("compute_grad_norm", True):
+        raise ValueError("zero_optimization.compute_grad_norm=false: DAPO checks the gradient norm of every step")
     return value
 
 
@@ -105,6 +109,7 @@ def init_single_process_group() -> None:
 class DAPODeepSpeedLearner(DAPOTorchLearner):
     """DAPOTorchLearner with the model and AdamW wrapped by a DeepSpeed engine."""
 
+    @override(TorchLearner)
     def build(self) -> None:
         if not torch.cuda.is_available():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -129,6 +134,7 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
             self.module[module_id].unwrapped().run_forward_with(engine)
             self._engines[module_id] = engine
 
+    @override(TorchLearner)
     def _make_modules_ddp_if_necessary(self) -> None:
         """No DDP wrapper: DeepSpeed does the data parallelism."""
 
@@ -140,10 +146,7 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
     def num_forward_passes(self, num_micro_batches: int) -> int:
         """The most micro-batches of any learner: under ZeRO-3 every forward pass gathers
         parameters from all learners, so all must run the same number of passes."""
-        count = torch.tensor(num_micro_batches)
-        if self.world_size() > 1:
-            torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MAX)
-        return int(count)
+        return int(self.all_reduce(torch.tensor(num_micro_batches), torch.distributed.ReduceOp.MAX))
 
     def backward(self, module_id, loss: torch.Tensor, *, last: bool) -> None:
         engine = self._engines[module_id]
@@ -154,29 +157,27 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
         engine.backward(loss * self.world_size(), scale_wrt_gas=False)
 
     def optimizer_step(self, module_ids: list) -> None:
-        """DeepSpeed's step: gradient clipping at `grad_clip`, and no step at all when the
-        gradient norm is not finite (counted in grad_steps_skipped)."""
+        """DeepSpeed's step (clipping at `grad_clip`; a non-finite global norm is an overflow that it
+        skips, fp32 and bf16 alike, and reports as inf), then DAPO's check of that norm."""
         for module_id in module_ids:
-            engine = self._engines[module_id]
-            skipped = engine.skipped_steps
-            engine.step()
-            skip = engine.skipped_steps > skipped
-            norm = engine.get_global_grad_norm()
-            self.metrics.log_value((module_id, Metrics.GRAD_NORM), float("nan") if skip or norm is None else float(norm), reduce="mean")
-            self.metrics.log_value((module_id, Metrics.GRAD_STEPS_SKIPPED), float(skip), reduce="sum")
+            self._engines[module_id].step()
+            self.check_grad_norm(module_id, self._engines[module_id].get_global_grad_norm())
 
     # ----- state: full parameters, sharded optimizer -------------------------------------
+    @override(TorchLearner)
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         """RLlib's learner state, with the full parameters (gathered under ZeRO-3; a collective:
         every learner must call it, see `DeepSpeedLearnerGroup`) and, instead of the torch
         optimizer's state, this learner's ZeRO optimizer shard."""
         with self._full_parameters():
             state = super().get_state(components, not_components=[*_as_list(not_components), COMPONENT_OPTIMIZER], **kwargs)
-        if self._check_component(COMPONENT_OPTIMIZER, components, not_components) and not kwargs.get("inference_only"):
+        wanted = wants_component(self, COMPONENT_OPTIMIZER, components, not_components)
+        if wanted and not kwargs.get("inference_only"):
             # ZeRO's state dict points at its live buffers: a copy, or training would change it.
             state[ZERO_OPTIMIZER_SHARDS] = {torch.distributed.get_rank(): {mid: _copied(e.optimizer.state_dict()) for mid, e in self._engines.items()}}
         return state
 
+    @override(TorchLearner)
     def set_state(self, state: dict[str, Any]) -> None:
         shards = state.get(ZERO_OPTIMIZER_SHARDS)
         rest = {k: v for k, v in state.items() if k not in (ZERO_OPTIMIZER_SHARDS, COMPONENT_OPTIMIZER)}
@@ -188,6 +189,7 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
         else:
             self._load_optimizer_shards(shards)
 
+    @override(TorchLearner)
     def restore_from_path(self, *args, **kwargs) -> None:
         # RLlib restores the RL module as a component of its own, past `set_state`: gather
         # around all of it, and load the optimizer shards once the parameters are partitioned.
@@ -256,12 +258,13 @@ class DeepSpeedLearnerGroup(LearnerGroup):
     here all learners take part, learner 0's state is kept, and the shards of all are merged.
     """
 
+    @override(LearnerGroup)
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
-        if self.is_local or not self._check_component(COMPONENT_LEARNER, components, not_components):
+        if self.is_local or not wants_component(self, COMPONENT_LEARNER, components, not_components):
             return super().get_state(components, not_components=not_components, **kwargs)
-        comps = self._get_subcomponents(COMPONENT_LEARNER, components)
-        not_comps = self._get_subcomponents(COMPONENT_LEARNER, not_components)
-        states = self._get_results(self.foreach_learner(lambda learner: learner.get_state(comps, not_components=not_comps, **kwargs)))
+        comps = subcomponents(self, COMPONENT_LEARNER, components)
+        kwargs["not_components"] = subcomponents(self, COMPONENT_LEARNER, not_components)
+        states = learner_results(self, self.foreach_learner(lambda learner: learner.get_state(comps, **kwargs)))
         merged = dict(states[0])
         if ZERO_OPTIMIZER_SHARDS in merged:
             merged[ZERO_OPTIMIZER_SHARDS] = {rank: shard for s in states for rank, shard in s[ZERO_OPTIMIZER_SHARDS].items()}

@@ -1,4 +1,4 @@
-"""Validation metrics the way the DAPO paper reports them (DAPO.md §5, §6), as pure functions.
+"""Validation metrics the way the DAPO paper reports them (docs/algorithm.md §5, §6), as pure functions.
 
 Every problem is answered n times (the paper: n = 32 at temperature 1.0, top_p 0.7). Per data
 source:
@@ -18,45 +18,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class ProblemSamples:
-    """The n samples drawn for one problem, scored.
-
-    Attributes:
-        data_source: Which data source the problem belongs to (metrics are per source).
-        acc: Whether each sample is correct.
-        pred: The answer extracted from each sample (None: none found); the majority vote
-            counts equal strings as the same answer.
-        length: Response length of each sample in tokens.
-        truncated: Whether each sample hit the generation limit.
-        timed_out: Whether scoring each sample hit the scoring timeout (scored wrong).
-    """
-
-    data_source: str
-    acc: Sequence[bool]
-    pred: Sequence[str | None]
-    length: Sequence[int]
-    truncated: Sequence[bool]
-    timed_out: Sequence[bool]
-
-    def __post_init__(self) -> None:
-        sizes = {name: len(getattr(self, name)) for name in ("acc", "pred", "length", "truncated", "timed_out")}
-        if len(set(sizes.values())) != 1 or not sizes["acc"]:
-            raise ValueError(f"a problem needs the same, non-zero number of values per sample field, got {sizes}")
-
-    @property
-    def n(self) -> int:
-        return len(self.acc)
-
-    @classmethod
-    def from_record(cls, record: dict) -> "ProblemSamples":
-        """From a record of `VLLMEnvRunner.evaluate` (extra keys, like the ground truth, ignored)."""
-        return cls(**{name: record[name] for name in cls.__dataclass_fields__})
+from dapo_rllib.columns import Metrics
+from dapo_rllib.contracts import ProblemSamples  # the input of `summarize` (an EvalRecord is one)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -107,15 +73,15 @@ def _summarize_source(source: str, problems: list[ProblemSamples]) -> dict[str, 
         raise ValueError(f"data source {source!r} has problems with different sample counts {sizes}; avg@k needs one k")
     (n,) = sizes
     correct = [int(sum(map(bool, p.acc))) for p in problems]
-    metrics = {f"avg@{n}": float(np.mean([c / n for c in correct]))}
-    metrics |= {f"pass@{k}": float(np.mean([pass_at_k(n, c, k) for c in correct])) for k in k_values(n)}
-    metrics[f"maj@{n}"] = float(np.mean([majority_correct(p.pred, p.acc) for p in problems]))
+    metrics = {f"{Metrics.AVG_AT}{n}": float(np.mean([c / n for c in correct]))}
+    metrics |= {f"{Metrics.PASS_AT}{k}": float(np.mean([pass_at_k(n, c, k) for c in correct])) for k in k_values(n)}
+    metrics[f"{Metrics.MAJ_AT}{n}"] = float(np.mean([majority_correct(p.pred, p.acc) for p in problems]))
     metrics |= {
-        "response_length_mean": float(np.mean([x for p in problems for x in p.length])),
-        "truncation_ratio": float(np.mean([bool(x) for p in problems for x in p.truncated])),
-        "scoring_timeouts": sum(bool(x) for p in problems for x in p.timed_out),
-        "num_problems": len(problems),
-        "num_samples": n * len(problems),
+        Metrics.RESPONSE_LENGTH_MEAN: float(np.mean([x for p in problems for x in p.length])),
+        Metrics.TRUNCATION_RATIO: float(np.mean([bool(x) for p in problems for x in p.truncated])),
+        Metrics.SCORING_TIMEOUTS: sum(bool(x) for p in problems for x in p.timed_out),
+        Metrics.NUM_PROBLEMS: len(problems),
+        Metrics.NUM_SAMPLES: n * len(problems),
     }
     return metrics
 
@@ -124,20 +90,27 @@ def per_source(results: dict) -> dict[str, tuple[int, dict[str, float]]]:
     """{source: (n, metrics)} of the `summarize` entries in `results` (other entries skipped)."""
     found = {}
     for source, metrics in results.items():
-        avg = next((key for key in metrics if key.startswith("avg@")), None) if isinstance(metrics, dict) else None
+        keys = metrics if isinstance(metrics, dict) else ()
+        avg = next((key for key in keys if key.startswith(Metrics.AVG_AT)), None)
         if avg is not None:
-            found[source] = (int(avg.removeprefix("avg@")), metrics)
+            found[source] = (int(avg.removeprefix(Metrics.AVG_AT)), metrics)
     return found
 
 
 def headline_values(results: dict) -> dict[str, float]:
     """{"<source>/avg@n": value} for every data source in `results`."""
-    return {f"{source}/avg@{n}": metrics[f"avg@{n}"] for source, (n, metrics) in per_source(results).items()}
+    values = {}
+    for source, (n, metrics) in per_source(results).items():
+        avg = f"{Metrics.AVG_AT}{n}"
+        values[f"{source}/{avg}"] = metrics[avg]
+    return values
 
 
 def headline(results: dict) -> str:
     """avg@n, pass@n and maj@n of every data source in `results`, on one line."""
-    return "; ".join(
-        f"{source}: avg@{n} {m[f'avg@{n}']:.3f}  pass@{n} {m[f'pass@{n}']:.3f}  maj@{n} {m[f'maj@{n}']:.3f}  ({m['num_problems']} problems)"
-        for source, (n, m) in per_source(results).items()
-    )
+    parts = []
+    for source, (n, m) in per_source(results).items():
+        names = (f"{Metrics.AVG_AT}{n}", f"{Metrics.PASS_AT}{n}", f"{Metrics.MAJ_AT}{n}")
+        values = "  ".join(f"{name} {m[name]:.3f}" for name in names)
+        parts.append(f"{source}: {values}  ({m[Metrics.NUM_PROBLEMS]} problems)")
+    return "; ".join(parts)

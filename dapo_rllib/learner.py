@@ -18,10 +18,13 @@ from collections import defaultdict
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.utils.annotations import override
+from torch.distributed import ReduceOp
 
 from dapo_rllib import core_algos
 from dapo_rllib.columns import Columns, Metrics
 from dapo_rllib.micro_batching import padding_fraction, plan_for_batch, take
+from dapo_rllib.ray_private import learner_weights_seq_no
 from dapo_rllib.rl_module import response_logprobs
 from dapo_rllib.weight_sync import TRANSPORTS, Piece, bucket_tensors, plan_buckets
 
@@ -30,16 +33,14 @@ logger = logging.getLogger(__name__)
 TRAINING_STEPS = "num_training_steps"
 LOSS_TERMS = (Metrics.POLICY_LOSS, Metrics.KL_LOSS)  # summed over micro-batches; other metrics are token means
 MAX_TERMS = (Metrics.ROLLOUT_LOGP_ABS_DIFF_MAX,)  # the largest over micro-batches and learners
-LOSS_TOKENS = "_loss_tokens"  # the weight of those means
+MEAN_WEIGHT = "_mean_weight"  # the weight of those means: the loss tokens they were taken over
 
 
 class DAPOTorchLearner(TorchLearner):
+    @override(TorchLearner)
     def build(self) -> None:
         super().build()
         self._num_training_steps = 0
-        self._skip_step = False
-        self._mini_batch_counts = None  # (loss tokens, sequences) of the mini-batch being run
-        self._piece_metrics = {}  # metrics of the last micro-batch's loss
         self._ref_models = {}
         if self.config.kl_coef > 0:
             # A frozen copy of the initial policy for the KL term.
@@ -49,6 +50,7 @@ class DAPOTorchLearner(TorchLearner):
                 self._ref_models[mid] = ref
 
     # ----- optimizer and schedule ----------------------------------------------------------
+    @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id, config=None):
         params = [p for p in self.get_parameters(self.module[module_id]) if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.999))
@@ -63,6 +65,7 @@ class DAPOTorchLearner(TorchLearner):
             return config.lr
         return config.lr * min(1.0, (self._num_training_steps + 1) / config.lr_warmup_steps)
 
+    @override(TorchLearner)
     def before_gradient_based_update(self, *, timesteps):
         super().before_gradient_based_update(timesteps=timesteps)
         for module_id in self.module.keys():
@@ -71,11 +74,13 @@ class DAPOTorchLearner(TorchLearner):
                 for group in optimizer.param_groups:
                     group["lr"] = lr
 
+    @override(TorchLearner)
     def after_gradient_based_update(self, *, timesteps):
         super().after_gradient_based_update(timesteps=timesteps)
         self._num_training_steps += 1
 
     # ----- one optimizer step: micro-batches and gradient accumulation ---------------------
+    @override(TorchLearner)
     def _uncompiled_update(self, batch: dict, **kwargs):
         """One optimizer step on one mini-batch, run in token-budget micro-batches.
 
@@ -97,46 +102,44 @@ class DAPOTorchLearner(TorchLearner):
         config = self.config.get_config_for_module(module_id)
         module = self.module[module_id].unwrapped()
         mask = batch[Columns.LOSS_MASK]
-        # The denominators of the whole mini-batch (DAPO §2.3: a token mean, not a mean of means).
-        self._mini_batch_counts = (self.all_reduce_sum(mask.sum()).clamp_min(1), self.all_reduce_sum((mask.sum(-1) > 0).sum().float()).clamp_min(1))
+        # The denominators of the whole mini-batch (docs/algorithm.md §2.3: a token mean, not a mean of means).
+        counts = tuple(self.all_reduce(n).clamp_min(1) for n in (mask.sum(), (mask.sum(-1) > 0).sum().float()))
         plan = plan_for_batch(batch, config.micro_batch_token_budget)
         sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         maxima: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         passes = self.num_forward_passes(len(plan))
-        try:
-            for i in range(passes):
-                # Passes past this learner's own micro-batches repeat its last one with no weight.
-                piece = take(batch, plan[min(i, len(plan) - 1)])
-                loss = self.compute_loss_for_module(module_id=module_id, config=config, batch=piece, fwd_out=module.forward_train(piece))
-                if i >= len(plan):
-                    self.backward(module_id, loss * 0.0, last=i == passes - 1)
-                    continue
-                self.backward(module_id, loss, last=i == passes - 1)
-                weight = piece[Columns.LOSS_MASK].sum().double()
-                for key, value in self._piece_metrics.items():
-                    if key in MAX_TERMS:
-                        maxima[key] = torch.maximum(maxima[key], value.double())
-                    else:
-                        sums[key] += value.double() if key in LOSS_TERMS else value.double() * weight
-                sums[LOSS_TOKENS] += weight
-        finally:
-            self._mini_batch_counts = None
-        totals = dict(zip(sums, self.all_reduce_sum(torch.stack(list(sums.values()))).tolist()))
-        totals |= dict(zip(maxima, self.all_reduce_max(torch.stack(list(maxima.values()))).tolist())) if maxima else {}
+        for i in range(passes):
+            # Passes past this learner's own micro-batches repeat its last one with no weight.
+            piece = take(batch, plan[min(i, len(plan) - 1)])
+            loss, metrics = self.micro_batch_loss(module_id, config, piece, module.forward_train(piece), counts)
+            self.backward(module_id, loss if i < len(plan) else loss * 0.0, last=i == passes - 1)
+            if i >= len(plan):
+                continue
+            weight = piece[Columns.LOSS_MASK].sum().double()
+            for key, value in metrics.items():
+                if key in MAX_TERMS:
+                    maxima[key] = torch.maximum(maxima[key], value.double())
+                else:
+                    sums[key] += value.double() if key in LOSS_TERMS else value.double() * weight
+            sums[MEAN_WEIGHT] += weight
+        totals = dict(zip(sums, self.all_reduce(torch.stack(list(sums.values()))).tolist()))
+        if maxima:
+            totals |= dict(zip(maxima, self.all_reduce(torch.stack(list(maxima.values())), ReduceOp.MAX).tolist()))
+        tokens = max(totals.pop(MEAN_WEIGHT), 1.0)
         for key, value in totals.items():
-            if key != LOSS_TOKENS:
-                self.metrics.log_value((module_id, key), value if key in LOSS_TERMS + MAX_TERMS else value / max(totals[LOSS_TOKENS], 1.0), reduce="mean")
+            mean = value if key in LOSS_TERMS + MAX_TERMS else value / tokens
+            self.metrics.log_value((module_id, key), mean, reduce="mean")
         self.metrics.log_value((module_id, Metrics.PADDING_FRACTION), padding_fraction(plan, batch), reduce="mean")
         self.metrics.log_value((module_id, Metrics.MICRO_BATCHES), float(len(plan)), reduce="mean")
         return torch.tensor(totals[Metrics.POLICY_LOSS] + config.kl_coef * totals.get(Metrics.KL_LOSS, 0.0))
 
-    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
-        """The loss of one micro-batch, divided by its mini-batch's counts (so the pieces sum up
-        to the mini-batch's loss). Its metrics go to `_piece_metrics`: loss terms as they are,
-        the rest as means over the piece's loss tokens."""
+    def micro_batch_loss(self, module_id, config, batch, fwd_out, counts) -> tuple[torch.Tensor, dict]:
+        """The loss of `batch` and its metrics: loss terms as they are, the rest as means over
+        `batch`'s loss tokens. `counts` are the (loss tokens, sequences) the loss divides by: the
+        whole mini-batch's over all learners, so that its micro-batches' losses sum up to its
+        loss, or None for `batch`'s own (a mini-batch in one piece)."""
         mask = batch[Columns.LOSS_MASK]
-        # Called on its own (not from `_accumulate_gradients`), `batch` is the whole mini-batch.
-        num_tokens, num_seqs = self._mini_batch_counts or (None, None)
+        num_tokens, num_seqs = counts or (None, None)
         logp = fwd_out[Columns.LOGP]
         # One optimizer step per batch: the old policy is the current one (ratio 1), no recompute.
         old_logp = batch[Columns.OLD_LOGP] if config.recomputes_old_logp else logp.detach()
@@ -171,8 +174,12 @@ class DAPOTorchLearner(TorchLearner):
             metrics[Metrics.KL_LOSS] = kl_loss.detach()
         metrics[Metrics.ENTROPY] = core_algos.masked_mean(fwd_out[Columns.ENTROPY].detach(), mask)
         metrics[Metrics.MEAN_TOKEN_PROB] = core_algos.masked_mean(logp.detach().exp(), mask)
-        self._piece_metrics = metrics
-        return loss
+        return loss, metrics
+
+    @override(TorchLearner)
+    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        """RLlib's hook: the loss of `batch` in one piece (DAPO's update calls `micro_batch_loss`)."""
+        return self.micro_batch_loss(module_id, config, batch, fwd_out, None)[0]
 
     # ----- distributed pieces (overridden by the DeepSpeed learner) ------------------------
     @staticmethod
@@ -180,20 +187,12 @@ class DAPOTorchLearner(TorchLearner):
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         return torch.distributed.get_world_size() if distributed else 1
 
-    def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
-        """`value` summed over all data-parallel learners."""
+    def all_reduce(self, value: torch.Tensor, op=ReduceOp.SUM) -> torch.Tensor:
+        """`value` summed (or reduced by `op`) over all data-parallel learners."""
         if self.world_size() == 1:
             return value
         value = value.clone()
-        torch.distributed.all_reduce(value)
-        return value
-
-    def all_reduce_max(self, value: torch.Tensor) -> torch.Tensor:
-        """`value`'s maximum over all data-parallel learners."""
-        if self.world_size() == 1:
-            return value
-        value = value.clone()
-        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        torch.distributed.all_reduce(value, op=op)
         return value
 
     def num_forward_passes(self, num_micro_batches: int) -> int:
@@ -205,10 +204,12 @@ class DAPOTorchLearner(TorchLearner):
         loss.backward()
 
     def optimizer_step(self, module_ids: list) -> None:
-        """Sum the learners' gradients, then RLlib's postprocessing (clipping) and step."""
+        """Sum the learners' gradients, check their norm, then RLlib's postprocessing (clipping) and step."""
         self.reduce_gradients()
-        gradients = {self.get_param_ref(p): p.grad for module_id in module_ids for p in self.get_parameters(self.module[module_id])}
-        self.apply_gradients(self.postprocess_gradients(gradients))
+        grads = {m: {self.get_param_ref(p): p.grad for p in self.get_parameters(self.module[m])} for m in module_ids}
+        norms = {m: torch.nn.utils.get_total_norm([g for g in d.values() if g is not None]) for m, d in grads.items()}
+        if all([self.check_grad_norm(m, norm) for m, norm in norms.items()]):  # a list: logs every module's
+            self.apply_gradients(self.postprocess_gradients({ref: g for d in grads.values() for ref, g in d.items()}))
 
     def reduce_gradients(self) -> None:
         """Sum the learners' accumulated gradients (each is its share of the global mean).
@@ -224,25 +225,16 @@ class DAPOTorchLearner(TorchLearner):
                     param.grad = torch.zeros_like(param)
                 torch.distributed.all_reduce(param.grad)
 
-    # ----- gradients -----------------------------------------------------------------------
-    def postprocess_gradients_for_module(self, *, module_id, config=None, module_gradients_dict):
-        """RLlib's clipping (`grad_clip`, `grad_clip_by`), after a check of DAPO's own: a
-        non-finite gradient norm skips the optimizer step (RLlib would zero the bad entries, or
-        skip per optimizer without counting it)."""
-        grads = [g for g in module_gradients_dict.values() if g is not None]
-        norm = torch.nn.utils.get_total_norm(grads).item() if grads else 0.0
-        self._skip_step = not math.isfinite(norm)
-        self.metrics.log_value((module_id, Metrics.GRAD_NORM), norm if not self._skip_step else float("nan"), reduce="mean")
-        self.metrics.log_value((module_id, Metrics.GRAD_STEPS_SKIPPED), float(self._skip_step), reduce="sum")
-        if self._skip_step:
+    def check_grad_norm(self, module_id, norm) -> bool:
+        """DAPO's gradient check, the plain and the DeepSpeed learner's: logs a step's gradient
+        norm (before clipping) and whether the step is skipped, as it is (with a warning) when the
+        norm is not finite. RLlib would zero the bad entries, or skip per optimizer uncounted."""
+        finite = math.isfinite(norm := float(norm))
+        self.metrics.log_value((module_id, Metrics.GRAD_NORM), norm if finite else float("nan"), reduce="mean")
+        self.metrics.log_value((module_id, Metrics.GRAD_STEPS_SKIPPED), float(not finite), reduce="sum")
+        if not finite:
             logger.warning("non-finite gradient norm (%s): skipping this optimizer step", norm)
-            return module_gradients_dict
-        return super().postprocess_gradients_for_module(module_id=module_id, config=config, module_gradients_dict=module_gradients_dict)
-
-    def apply_gradients(self, gradients_dict) -> None:
-        # TorchLearner.compute_gradients zeroes the gradients before the next backward pass.
-        if not self._skip_step:
-            super().apply_gradients(gradients_dict)
+        return finite
 
     # ----- weight sync (see dapo_rllib.weight_sync) -----------------------------------------
     def weight_sync_plan(self, bucket_bytes: int) -> tuple[list[list[Piece]], int]:
@@ -250,7 +242,7 @@ class DAPOTorchLearner(TorchLearner):
         buckets are the same on every learner: shapes are the full ones, also under ZeRO-3."""
         params = self._hf_parameters()
         plan = plan_buckets(((name, self.full_shape(p), p.element_size()) for name, p in params.items()), bucket_bytes)
-        return plan, self._weights_seq_no
+        return plan, learner_weights_seq_no(self)
 
     def send_weight_bucket(self, bucket: list[Piece], transport: str):
         """Learner rank 0 sends `bucket` and returns the transport's handle; the others return
@@ -275,11 +267,13 @@ class DAPOTorchLearner(TorchLearner):
         return contextlib.nullcontext()
 
     # ----- state ---------------------------------------------------------------------------
+    @override(TorchLearner)
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
         state[TRAINING_STEPS] = self._num_training_steps
         return state
 
+    @override(TorchLearner)
     def set_state(self, state) -> None:
         super().set_state(state)
         if TRAINING_STEPS in state:

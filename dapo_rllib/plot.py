@@ -1,4 +1,4 @@
-"""One PNG with the curves a DAPO user watches (DAPO.md §6), read from TensorBoard event files.
+"""One PNG with the curves a DAPO user watches (docs/algorithm.md §6), read from TensorBoard event files.
 
 `plot_run(run_dir)` finds every directory under `run_dir` whose event files hold DAPO's tags
 (one per run, or one per trial of a Tune experiment) and draws each as a line in every panel.
@@ -9,12 +9,14 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path
 
+from ray.rllib.utils.metrics import EVALUATION_RESULTS
+
 from dapo_rllib.columns import Metrics, tag
 
 # Panel title -> the tags drawn in it (see dapo_rllib.tensorboard); shell-style patterns allowed.
 PANELS: dict[str, tuple[str, ...]] = {
     "reward and accuracy": (tag(Metrics.ROLLOUT, Metrics.REWARD_MEAN), tag(Metrics.ROLLOUT, Metrics.ACC_MEAN)),
-    "validation avg@n": ("evaluation/*/avg@*",),
+    "validation avg@n": (tag(EVALUATION_RESULTS, f"*/{Metrics.AVG_AT}*"),),
     "response length": (tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MEAN), tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MAX)),
     "entropy": (tag(Metrics.LEARNER, Metrics.ENTROPY),),
     "clip fractions": tuple(tag(Metrics.LEARNER, m) for m in (Metrics.PG_CLIPFRAC_LOW, Metrics.PG_CLIPFRAC_HIGH, Metrics.PG_CLIPFRAC_DUAL)),

@@ -6,7 +6,13 @@ import math
 from typing import Any
 
 from ray import tune
-from ray.rllib.utils.metrics import EVALUATION_RESULTS
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    EPISODE_RETURN_MEAN,
+    EVALUATION_RESULTS,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+)
+from ray.tune.result import TIME_THIS_ITER_S, TRAINING_ITERATION
 
 from dapo_rllib.columns import Metrics, tag
 from dapo_rllib.eval_metrics import headline_values
@@ -47,12 +53,13 @@ def summary_line(result: dict) -> str:
         kept = f"groups {scalars.get(_KEPT, 0):.0f}/{scalars.get(_GENERATED, 0):.0f}"
         fields.insert(3, kept)
     else:
-        ret = lookup(result, "env_runners/episode_return_mean")
+        ret = lookup(result, f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}")
         fields = [f"return {ret:.2f}"] if ret is not None else []
-        fields.append(f"env steps {lookup(result, 'env_runners/num_env_steps_sampled_lifetime', 0):.0f}")
+        fields.append(f"env steps {lookup(result, f'{ENV_RUNNER_RESULTS}/{NUM_ENV_STEPS_SAMPLED_LIFETIME}', 0):.0f}")
     for section, label in ((EVAL_BEFORE_TRAINING, "before training "), (EVALUATION_RESULTS, "")):
         fields += [f"eval {label}{name} {value:.3f}" for name, value in headline_values(result.get(section) or {}).items() if not math.isnan(value)]
-    return f"iter {result['training_iteration']:>3} | " + "  ".join(fields) + f" | {result.get('time_this_iter_s', 0.0):.1f}s"
+    seconds = result.get(TIME_THIS_ITER_S, 0.0)
+    return f"iter {result[TRAINING_ITERATION]:>3} | " + "  ".join(fields) + f" | {seconds:.1f}s"
 
 
 class IterationSummary(tune.Callback):

@@ -66,6 +66,11 @@ PRIVATE_MEMBERS = (
         "update-sequencing hook is the one place to add gradient accumulation over micro-batches.",
     ),
     PrivateMember(
+        "ray.rllib.core.learner.torch.torch_learner:TorchLearner",
+        "_make_modules_ddp_if_necessary",
+        "overridden by the DeepSpeed learner to leave out RLlib's DDP wrapper: DeepSpeed does the data parallelism.",
+    ),
+    PrivateMember(
         "ray.rllib.algorithms.algorithm:Algorithm",
         "_should_create_evaluation_env_runners",
         "overridden: without evaluation env runners DAPO evaluates on the training runners' "

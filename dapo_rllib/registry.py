@@ -1,26 +1,31 @@
-"""Registers DAPO with Ray Tune and the environments with RLlib's env registry."""
+"""Registers DAPO with Ray Tune and the environments with RLlib's env registry.
+
+Environments are plug-ins: a package declares each under the entry-point group
+`dapo_rllib.environments` (name = "module:Class"; this project's own in pyproject.toml), and
+each is registered under its name, loaded on first use. So `dapo_rllib` never imports the
+environments that build on it (envs/ imports dapo_rllib, not the reverse).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from importlib.metadata import EntryPoint, entry_points
 
 from ray.tune.registry import register_env, register_trainable
 
-MATH_ENV = "dapo_math"
-CODE_ENV = "dapo_code"
+ALGORITHM = "DAPO"
+ENVIRONMENTS_GROUP = "dapo_rllib.environments"
+MATH_ENV = "dapo_math"  # envs.math_env.MathEnv, DAPOConfig's default environment
+CODE_ENV = "dapo_code"  # envs.code_env.CodeEnv
 
 
-def _make_math_env(env_context):
-    from envs.math_env import MathEnv
-
-    return MathEnv(env_context)
-
-
-def _make_code_env(env_context):
-    from envs.code_env import CodeEnv
-
-    return CodeEnv(env_context)
+def _make_env(entry_point: str, env_context):
+    return EntryPoint(name="", value=entry_point, group=ENVIRONMENTS_GROUP).load()(env_context)
 
 
 def register_all() -> None:
     from dapo_rllib.dapo import DAPO
 
-    register_trainable("DAPO", DAPO)
-    register_env(MATH_ENV, _make_math_env)
-    register_env(CODE_ENV, _make_code_env)
+    register_trainable(ALGORITHM, DAPO)
+    for entry in entry_points(group=ENVIRONMENTS_GROUP):
+        register_env(entry.name, partial(_make_env, entry.value))

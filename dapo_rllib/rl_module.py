@@ -1,7 +1,7 @@
 """RLModule around a Hugging Face causal LM: the policy the Learner trains.
 
-The env runners do not run this module: they sample with vLLM and only receive its weights
-(`VLLMEnvRunner.set_state`). Here it computes, for a padded batch of (prompt, response) token
+The env runners do not run this module: they sample with vLLM, which receives its weights
+through the streamed sync (`dapo_rllib.weight_sync`), never through RLlib's state sync. Here it computes, for a padded batch of (prompt, response) token
 sequences, each response token's log-probability under the policy and the entropy of the
 policy at that position.
 
@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.checkpoint import checkpoint
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.utils.annotations import override
+from torch.utils.checkpoint import checkpoint
 
 from dapo_rllib.columns import Columns
 from dapo_rllib.core_algos import entropy_from_logits
@@ -41,7 +43,7 @@ def load_causal_lm(model_path: str | Path, dtype: str = "float32"):
     return AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
 
 
-class CausalLMRLModule(TorchRLModule):
+class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
     """Wraps `AutoModelForCausalLM`; `model_config` carries `model_path`, `dtype`, `temperature`
     and `gradient_checkpointing`.
 
@@ -49,6 +51,7 @@ class CausalLMRLModule(TorchRLModule):
     distribution vLLM sampled from, softmax(logits / temperature).
     """
 
+    @override(TorchRLModule)
     def setup(self):
         self.model = load_causal_lm(self.model_config["model_path"], self.model_config.get("dtype", "float32"))
         self.temperature = float(self.model_config.get("temperature", 1.0))
@@ -59,6 +62,14 @@ class CausalLMRLModule(TorchRLModule):
             # apply; Qwen2.5's are 0).
             self.model.train()
 
+    @override(InferenceOnlyAPI)
+    def get_non_inference_attributes(self) -> list[str]:
+        """All of it: the env runners infer with vLLM, whose engines take the weights through the
+        streamed sync. So the inference-only state RLlib sends in `EnvRunnerGroup.sync_weights`
+        (at `evaluate()`, `set_state`, restores) is empty: nothing crosses the driver twice."""
+        return ["model"]
+
+    @override(TorchRLModule)
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         return response_logprobs(self.model if self.forward_model is None else self.forward_model, batch, self.temperature)
 

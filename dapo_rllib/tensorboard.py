@@ -30,16 +30,20 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER, LR_KEY
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     EVALUATION_RESULTS,
     LEARNER_RESULTS,
     LEARNER_UPDATE_TIMER,
+    MODULE_TRAIN_BATCH_SIZE_MEAN,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     SYNCH_WORKER_WEIGHTS_TIMER,
     TIMERS,
+    WEIGHTS_SEQ_NO,
 )
 from ray.tune.logger import LoggerCallback
+from ray.tune.result import TIME_THIS_ITER_S, TRAINING_ITERATION
 
 from dapo_rllib.columns import Metrics, tag
 
@@ -47,9 +51,10 @@ from dapo_rllib.columns import Metrics, tag
 EVAL_BEFORE_TRAINING = "evaluation_before_training"
 
 # RLlib counters that only say how the batch was cut; not worth a chart.
-_LEARNER_SKIP = ("num_", "weights_seq_no", "module_train_batch_size_mean")
+_LEARNER_SKIP = ("num_", WEIGHTS_SEQ_NO, MODULE_TRAIN_BATCH_SIZE_MEAN)
 _RENAMES = {
-    "default_optimizer_learning_rate": Metrics.LR,
+    # The learning rate, as RLlib's Learner logs it per optimizer: "<optimizer name>_learning_rate".
+    f"{DEFAULT_OPTIMIZER}_{LR_KEY}": Metrics.LR,
     LEARNER_UPDATE_TIMER: Metrics.UPDATE_S,
     SYNCH_WORKER_WEIGHTS_TIMER: Metrics.WEIGHT_SYNC_S,
 }
@@ -75,8 +80,8 @@ def readable_scalars(result: dict) -> dict[str, float]:
             if not key.startswith(_LEARNER_SKIP):
                 scalars[tag(Metrics.LEARNER, _RENAMES.get(key, key))] = value
     scalars.update(evaluation_scalars(result.get(EVALUATION_RESULTS)))
-    if "time_this_iter_s" in result:
-        scalars[tag(Metrics.TIMING, Metrics.ITERATION_S)] = float(result["time_this_iter_s"])
+    if TIME_THIS_ITER_S in result:
+        scalars[tag(Metrics.TIMING, Metrics.ITERATION_S)] = float(result[TIME_THIS_ITER_S])
     sampled = result.get(ENV_RUNNER_RESULTS, {}).get(NUM_ENV_STEPS_SAMPLED_LIFETIME)
     if sampled is not None:
         scalars[tag(Metrics.PROGRESS, Metrics.ENV_STEPS_SAMPLED)] = float(sampled)
@@ -90,7 +95,7 @@ def evaluation_scalars(evaluation: dict | None) -> dict[str, float]:
         if source == ENV_RUNNER_RESULTS:
             scalars.update({tag(Metrics.TIMING, Metrics.EVALUATION_S): v for k, v in _numeric_leaves(metrics) if k == Metrics.EVAL_TIME_S})
         else:
-            scalars.update({f"{EVALUATION_RESULTS}/{source}/{k}": v for k, v in _numeric_leaves(metrics)})
+            scalars.update({tag(EVALUATION_RESULTS, f"{source}/{k}"): v for k, v in _numeric_leaves(metrics)})
     return scalars
 
 
@@ -106,7 +111,7 @@ class TensorBoardWriter:
     def write(self, result: dict) -> None:
         """One `Algorithm.train()` result, at its training iteration."""
         self._add(evaluation_scalars(result.get(EVAL_BEFORE_TRAINING)), step=0)
-        self._add(readable_scalars(result), step=int(result["training_iteration"]))
+        self._add(readable_scalars(result), step=int(result[TRAINING_ITERATION]))
 
     def write_evaluation(self, eval_results: dict, step: int) -> None:
         """An `Algorithm.evaluate()` result obtained outside `train()`."""

@@ -28,16 +28,19 @@ from typing import Any, NamedTuple
 import ray
 from ray import tune
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
-from ray.rllib.utils.metrics import EVALUATION_RESULTS
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EPISODE_RETURN_MEAN, EVALUATION_RESULTS
+from ray.tune.result import TRAINING_ITERATION, TRIAL_ID
 from ray.tune.search.sample import Domain
 from ray.tune.utils import flatten_dict
 
 from dapo_rllib.checkpoints import check_checkpoint_algorithm
+from dapo_rllib.columns import Metrics
 from dapo_rllib.progress import IterationSummary, lookup, summary_line
 from dapo_rllib.tables import format_table
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardCallback
 
-EPISODE_RETURN = "env_runners/episode_return_mean"
+# Flattened result key (Tune's "/" delimiter) of the mean episode return.
+EPISODE_RETURN = f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}"
 
 
 @dataclass
@@ -111,7 +114,11 @@ class TrialOutcome:
 
     def _validation(self, section: str) -> dict[str, float]:
         prefix = section + "/"
-        return {k.removeprefix(prefix): v for k, v in self.last.items() if k.startswith(prefix) and k.rsplit("/", 1)[-1].startswith("avg@")}
+        return {
+            k.removeprefix(prefix): v
+            for k, v in self.last.items()
+            if k.startswith(prefix) and k.rsplit("/", 1)[-1].startswith(Metrics.AVG_AT)
+        }
 
 
 class ConfigFile(NamedTuple):
@@ -251,7 +258,7 @@ def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path
             result = algo.train()
             last.update(_reported(flatten_dict(result)))
             print(summary_line(result), flush=True)
-            iteration = result["training_iteration"]
+            iteration = result[TRAINING_ITERATION]
             done = _stop_reached(result, opts.stop)
             if (opts.checkpoint_freq and iteration % opts.checkpoint_freq == 0) or (done and opts.checkpoint_at_end):
                 checkpoint = str(run_dir / f"checkpoint_{iteration:06d}")
@@ -333,9 +340,9 @@ def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, storage: str, 
             last = _reported({col: frame[col].dropna().iloc[-1] for col in frame.columns if frame[col].notna().any()})
         outcomes.append(
             TrialOutcome(
-                name=str(last.get("trial_id", Path(result.path).name)),
+                name=str(last.get(TRIAL_ID, Path(result.path).name)),
                 params={k: result.config.get(k) for k in searched},
-                iterations=int(last.get("training_iteration", 0)),
+                iterations=int(last.get(TRAINING_ITERATION, 0)),
                 logdir=_as_uri(result.path, storage),
                 checkpoint=_as_uri(result.checkpoint.path, storage) if result.checkpoint else None,
                 last=last,

@@ -1,6 +1,6 @@
 """Streamed weight sync: the learner's parameters reach the vLLM engines in bounded buckets.
 
-Three roles (`DAPO.sync_weights_to_env_runners` runs them):
+Three roles (`stream_weights`, run by `DAPO.sync_weights_to_env_runners`, drives them):
 
     learner     `plan_buckets` cuts its parameters into buckets of at most `bucket_bytes`;
                 per bucket it gathers the parameters (ZeRO-3), copies them out and `send`s them
@@ -18,7 +18,7 @@ whole. That parameter's size is then the env runner's floor, whatever the bucket
 Transports: `ObjectStoreTransport` (Ray's object store) is the one built and measured; on this
 CPU machine it beat a gloo broadcast (`bench/weight_transport.py`). On GPUs the established
 frameworks broadcast over an NCCL group of learner rank 0 and the vLLM workers, or pass CUDA
-IPC handles when both share a GPU (SCALE.md §3): either is a `WeightTransport` whose handle is
+IPC handles when both share a GPU (docs/scaling.md §4): either is a `WeightTransport` whose handle is
 what the driver forwards to the env runners. Neither is built yet (no GPU to verify one on).
 """
 
@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import math
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
 import torch
 
+from dapo_rllib.env_runner_group import on_env_runners
+from dapo_rllib.ray_private import learner_results
+
 MB = 2**20
+TRANSPORT = "object_store"  # the transport the driver uses (see `TRANSPORTS`)
 
 
 @dataclass(frozen=True)
@@ -155,3 +160,38 @@ class BucketAssembler:
         """Parameters of which some slices have not arrived."""
         return sorted(self._partial)
 
+
+
+def stream_weights(learner_group, targets: list[tuple[Any, list[int] | None]], bucket_bytes: int) -> int:
+    """Stream the learner's weights into the vLLM engines of `targets`, `(env runner group, ids
+    or None for all)` pairs, and return the number of buckets once every engine holds them.
+
+    Learner rank 0 sends a bucket (all learners gather it under ZeRO-3) while the engines load
+    the one before, so at most two buckets are in flight; a bucket leaves the object store as
+    soon as every engine has it (nothing else holds it).
+    """
+
+    def on_learners(func) -> list:
+        return learner_results(learner_group, learner_group.foreach_learner(func))
+
+    plan, seq_no = on_learners(lambda learner: learner.weight_sync_plan(bucket_bytes))[0]
+    for group, ids in targets:
+        on_env_runners(group, lambda runner: runner.begin_weight_update(), ids)
+
+    def load_everywhere(handle) -> None:
+        for group, ids in targets:
+            on_env_runners(group, lambda runner: runner.load_weight_bucket(handle, TRANSPORT), ids)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-weight-load") as loader:
+        loading = None
+        for bucket in plan:
+            sent = on_learners(lambda learner, b=bucket: learner.send_weight_bucket(b, TRANSPORT))
+            (handle,) = [h for h in sent if h is not None]
+            if loading is not None:
+                loading.result()
+            loading, handle = loader.submit(load_everywhere, handle), None
+        if loading is not None:
+            loading.result()
+    for group, ids in targets:
+        on_env_runners(group, lambda runner: runner.finish_weight_update(seq_no), ids)
+    return len(plan)

@@ -2,6 +2,6 @@
 
 from envs.code_env import CodeEnv
 from envs.math_env import MathEnv
-from envs.problem_env import ProblemEnv
+from dapo_rllib.problem_env import ProblemEnv
 
 __all__ = ["CodeEnv", "MathEnv", "ProblemEnv"]

@@ -1,4 +1,4 @@
-"""Code tasks as a single-step language environment (task API: :mod:`envs.problem_env`).
+"""Code tasks as a single-step language environment (task API: :mod:`dapo_rllib.problem_env`).
 
 A completion's code runs against the task's tests in the sandbox (:mod:`dapo_rllib.sandbox`)
 and scores +1 when all tests pass, -1 otherwise (or the fraction passed). ``score_many`` runs
@@ -18,9 +18,9 @@ from typing import Any
 
 from dapo_rllib.data.code_arithmetic import generate_code_tasks
 from dapo_rllib.data.code_tasks import CodeTask, load_code_tasks
-from dapo_rllib.rewards.code import REWARD_MODES, score_code_many
+from dapo_rllib.rewards.code import REWARD_MODES, CodeScoreResult, score_code_many
 from dapo_rllib.sandbox import Sandbox, SandboxLimits
-from envs.problem_env import PROBLEM_CONFIG, ProblemEnv
+from dapo_rllib.problem_env import PROBLEM_CONFIG, ProblemEnv
 
 #: Value of the "dataset" config key that selects the built-in generator.
 GENERATED_DATASET = "generated"
@@ -80,7 +80,7 @@ class CodeEnv(ProblemEnv[CodeTask]):
         """How the sandbox isolates candidate programs (see :attr:`Sandbox.isolation`)."""
         return self._sandbox.isolation
 
-    def _score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[dict[str, Any]]:
+    def _score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[CodeScoreResult]:
         """Every completion's sandbox runs at once on the pool; each info also holds
         ``tests_passed``, ``tests_total``, ``failure``, and ``pred`` is a pass/fail letter per
         test, for majority voting (see :func:`dapo_rllib.rewards.code.score_code_many`)."""

@@ -1,10 +1,10 @@
-"""Math problems as a single-step language environment (task API: :mod:`envs.problem_env`).
+"""Math problems as a single-step language environment (task API: :mod:`dapo_rllib.problem_env`).
 
 A completion is scored against the reference answer with a rule-based scorer (+1 correct,
--1 wrong; DAPO.md §3).
+-1 wrong; docs/algorithm.md §3).
 
 Scorers run in a child process shared by all environments of a process, which
-is killed when a scorer exceeds the timeout (DAPO.md §8; see
+is killed when a scorer exceeds the timeout (docs/algorithm.md §8; see
 ``dapo_rllib.rewards.scoring_process``).
 """
 
@@ -15,10 +15,11 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
+from dapo_rllib.contracts import ScoreResult
 from dapo_rllib.data import MathProblem, generate_arithmetic_problems, load_math_dataset
 from dapo_rllib.rewards import SCORERS, load_scorer, scorer_for
 from dapo_rllib.rewards.scoring_process import ScoreOutcome, shared_scoring_process
-from envs.problem_env import PROBLEM_CONFIG, ProblemEnv
+from dapo_rllib.problem_env import PROBLEM_CONFIG, ProblemEnv
 
 #: Value of the "dataset" config key that selects the built-in generator.
 ARITHMETIC_DATASET = "arithmetic"
@@ -30,6 +31,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "scorer": None,
     "score_timeout_s": 10.0,
 }
+
+
+class MathScoreResult(ScoreResult):
+    """What :meth:`MathEnv._score` returns: the scorer's verdict, and which scorer gave it (a spec)."""
+
+    scorer: str
 
 
 class MathEnv(ProblemEnv[MathProblem]):
@@ -73,16 +80,14 @@ class MathEnv(ProblemEnv[MathProblem]):
         # not at the first scoring of some remote env runner.
         self._scorer_by_source = _resolve_scorers(self._problems, settings["scorer"], settings["dataset"])
 
-    def _score(self, problem: MathProblem, completion: str) -> dict[str, Any]:
+    def _score(self, problem: MathProblem, completion: str) -> MathScoreResult:
         """The verdict of the problem's data source's scorer; its info also names the scorer."""
         scorer = self._scorer_by_source[problem.data_source]
         if self._score_timeout_s is None:
             outcome = ScoreOutcome.from_result(scorer, load_scorer(scorer)(completion, problem.ground_truth))
         else:
             outcome = shared_scoring_process().score(scorer, completion, problem.ground_truth, self._score_timeout_s)
-        return {
-            "score": outcome.score, "acc": outcome.acc, "pred": outcome.pred, "scorer": scorer, "score_timed_out": outcome.timed_out
-        }
+        return MathScoreResult(**outcome.as_result(), scorer=scorer)
 
 
 def _checked_timeout(timeout_s: Any) -> float | None:

@@ -202,7 +202,7 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated_and_counted(tiny_mode
 def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path, monkeypatch, capsys):
     """`rllib evaluate` puts the runner's count in its JSON and prints it (no vLLM: a stand-in runner)."""
     import dapo_rllib.env_runner as env_runner
-    from dapo_rllib.evaluation import evaluate
+    from dapo_rllib.evaluate import evaluate
 
     fitted_prompt = env_runner.VLLMEnvRunner._fitted_prompt
 
@@ -267,7 +267,7 @@ def test_dapo_config_with_a_missing_model_directory(tmp_path):
 
 def test_evaluate_a_missing_model_directory(tmp_path):
     from dapo_rllib.cli import main
-    from dapo_rllib.evaluation import evaluate
+    from dapo_rllib.evaluate import evaluate
 
     missing = tmp_path / "no_model"
     _raises(FileNotFoundError, [rf"'{missing}' is neither a Hugging Face model directory \(config\.json\) nor an RLlib checkpoint \(class_and_ctor_args\.pkl\): it does not exist; expected e\.g\. runs/<run>/checkpoint_000040"],
@@ -292,7 +292,7 @@ def test_export_another_algorithms_checkpoint(ppo_checkpoint, tmp_path):
 
 def test_evaluate_another_algorithms_checkpoint_with_dapo_options(ppo_checkpoint):
     """Without DAPO options a PPO checkpoint is evaluated with Algorithm.evaluate (supported)."""
-    from dapo_rllib.evaluation import evaluate
+    from dapo_rllib.evaluate import evaluate
 
     _raises(ValueError, [r"\['data', 'num_samples'\] apply to DAPO checkpoints and model directories; '.*ppo_checkpoint' is a PPO checkpoint"],
             lambda: evaluate(ppo_checkpoint, data="arithmetic", num_samples=4))

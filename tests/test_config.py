@@ -141,7 +141,8 @@ def test_7b_example_is_the_32b_recipe_on_one_node_with_zero3(model_dir, monkeypa
 def test_tiny_example_config_validates(tiny_model_path):
     config, stop = load_example("tiny_arithmetic_dapo.py")
     config.validate()
-    assert config.model_path == tiny_model_path
+    # validate() changes nothing: None stays None and means the built-in tiny model.
+    assert config.model_path is None and config.policy_model_path == tiny_model_path
     assert stop == {"training_iteration": 40}
 
 
@@ -161,5 +162,5 @@ def test_code_example_is_the_math_example_with_the_environment_and_model_switche
     math_settings, code_settings = math_config.to_dict(), code_config.to_dict()
     changed = sorted(k for k in math_settings if math_settings[k] != code_settings[k])
     assert changed == ["env", "env_config", "eval_dataset", "max_response_length", "model_path"]
-    assert (code_config.env, code_config.model_path, code_stop) == ("dapo_code", tiny_code_model_path, math_stop)
+    assert (code_config.env, code_config.policy_model_path, code_stop) == ("dapo_code", tiny_code_model_path, math_stop)
     code_config.validate()

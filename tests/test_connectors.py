@@ -8,7 +8,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from dapo_rllib.columns import Columns, Extras
 from dapo_rllib.connectors import GroupAdvantages, PadTokenBatch
-from dapo_rllib.dapo import group_episodes, informative_groups
+from dapo_rllib.dynamic_sampling import group_episodes, informative_groups
 
 PAD = 0
 

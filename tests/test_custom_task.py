@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dapo_rllib.env_runner import make_env
+from dapo_rllib.env_runner import build_env
 from envs import ProblemEnv
-from envs.problem_env import PROBLEM_CONFIG
+from dapo_rllib.problem_env import PROBLEM_CONFIG
 
 README = Path(__file__).parents[1] / "README.md"
 
@@ -35,7 +35,7 @@ def example() -> types.ModuleType:
 @pytest.fixture
 def env(example) -> ProblemEnv:
     # Built the way an env runner builds it: the registered name and the config's env_config.
-    return make_env(example.config.env, example.config.env_config, worker_index=1, num_workers=1)
+    return build_env(example.config.env, example.config.env_config, worker_index=1, num_workers=1)
 
 
 def test_config_builds_the_example_env(example, env):
@@ -101,18 +101,30 @@ def test_a_subclass_without_a_scorer_says_what_it_lacks():
         env.score_many(env.draw(1), ["a"])
 
 
-def test_a_rating_without_score_acc_pred_is_an_error():
+@pytest.mark.parametrize(
+    ("rating", "shown"),
+    [
+        ({"score": 1.0, "acc": True}, r"\{'score': 1.0, 'acc': True\}"),
+        ({"score": "1", "acc": True, "pred": "a"}, r"\{'score': '1', 'acc': True, 'pred': 'a'\}"),
+        ({"score": 1.0, "acc": True, "pred": 7}, r"\{'score': 1.0, 'acc': True, 'pred': 7\}"),
+    ],
+    ids=["no pred", "score not a number", "pred not a str"],
+)
+def test_a_rating_without_score_acc_pred_is_an_error(rating, shown):
+    """The check a scorer's result gets in the scoring process (`contracts.check_score_result`)."""
+
     class NoPred(_Letters):
         def _score(self, problem, completion):
-            return {"score": 1.0, "acc": True}
+            return rating
 
     env = NoPred()
-    with pytest.raises(TypeError, match=r"NoPred rated a completion \{'score': 1.0, 'acc': True\}; expected a dict with 'score', 'acc' and 'pred'"):
+    expected = r"expected a mapping with 'score' \(number\), 'acc' \(bool\) and 'pred' \(str or None\)"
+    with pytest.raises(TypeError, match=rf"NoPred rated a completion {shown}; {expected}"):
         env.score_many(env.draw(1), ["a"])
 
 
 def test_an_env_without_the_task_api_is_refused_by_name():
     from gymnasium.envs.classic_control import CartPoleEnv
 
-    with pytest.raises(TypeError, match="built a CartPoleEnv; VLLMEnvRunner needs an envs.ProblemEnv subclass"):
-        make_env(CartPoleEnv, {}, worker_index=1, num_workers=1)
+    with pytest.raises(TypeError, match=r"built a CartPoleEnv; VLLMEnvRunner needs an? dapo_rllib\.problem_env\.ProblemEnv subclass"):
+        build_env(CartPoleEnv, {}, worker_index=1, num_workers=1)

@@ -8,9 +8,9 @@ import socket
 
 import pytest
 import torch
+from learner_equality import LOSS_AGG_MODES, build_learner, data_parallel_worker, one_step, uneven_batch
 
 from dapo_rllib.columns import Metrics
-from learner_equality import LOSS_AGG_MODES, build_learner, data_parallel_worker, one_step, uneven_batch
 
 # One Adam step moves a weight by lr * g / (|g| + eps) (lr = 1e-3): about lr, whatever the size
 # of g. Where g is at the level of float noise (k_proj's bias gets a zero gradient in exact

@@ -5,9 +5,9 @@ optimizer shards resumes exactly."""
 import numpy as np
 import pytest
 from ray.rllib.algorithms.algorithm import Algorithm
+from test_dapo_integration import CHECKED, engine_weights, tiny_config, unpadded
 
 from dapo_rllib.columns import Metrics
-from test_dapo_integration import CHECKED, engine_weights, tiny_config, unpadded
 
 
 def learner_weights(algo):

@@ -1,4 +1,4 @@
-"""Convert a file of math problems and answers into DAPO-format rows (DAPO.md §4).
+"""Convert a file of math problems and answers into DAPO-format rows (docs/algorithm.md §4).
 
 Input is ``.jsonl``, ``.parquet`` or ``.csv``, either already in the DAPO row format
 (``prompt`` a list of chat messages, ``reward_model`` holding the ground truth) or with

@@ -1,4 +1,4 @@
-"""Math problem datasets in the DAPO row format (DAPO.md §4).
+"""Math problem datasets in the DAPO row format (docs/algorithm.md §4).
 
 A row (parquet or jsonl) looks like::
 

@@ -1,7 +1,8 @@
 """Reward functions and the registry that selects one per data source.
 
 A scorer is a function ``(response: str, ground_truth: str) -> Mapping`` whose result
-holds ``"score"`` (+1.0 / -1.0), ``"acc"`` (bool) and ``"pred"`` (the extracted answer).
+holds ``"score"`` (+1.0 / -1.0), ``"acc"`` (bool) and ``"pred"`` (the extracted answer): a
+:class:`dapo_rllib.contracts.ScoreResult`.
 Scorers are named by *spec*: either a registered name (:data:`SCORERS`) or an import
 path ``"package.module:function"``, so users can plug in their own scorer without
 touching this package. Specs are strings rather than functions because the scoring
@@ -16,12 +17,14 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Final
+
+from dapo_rllib.contracts import ScoreResult
 
 __all__ = ["DEFAULT_SCORER_BY_SOURCE", "SCORERS", "Scorer", "load_scorer", "scorer_for"]
 
 #: A scorer maps (response text, ground truth) to {"score", "acc", "pred"}.
-Scorer = Callable[[str, str], Mapping[str, Any]]
+Scorer = Callable[[str, str], ScoreResult]
 
 #: Registered scorer names and the import path each stands for.
 SCORERS: Final[Mapping[str, str]] = {

@@ -46,16 +46,34 @@ import signal
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from dapo_rllib.contracts import ScoreResult
 from dapo_rllib.data.code_tasks import Call, CodeTask
 from dapo_rllib.sandbox import Sandbox, SandboxResult
 
-__all__ = ["FAILURES", "REWARD_MODES", "extract_code", "normalize_output", "score_code", "score_code_many"]
+__all__ = [
+    "FAILURES",
+    "REWARD_MODES",
+    "CodeScoreResult",
+    "extract_code",
+    "normalize_output",
+    "score_code",
+    "score_code_many",
+]
 
 #: Why a candidate failed (``None`` in the result when it passed every test).
 FAILURES: Final = ("no code", "syntax error", "runtime error", "wrong answer", "timeout", "memory limit")
 #: ``"binary"``: +1 when every test passes, else -1 (DAPO's reward). ``"fraction"``: the
 #: fraction of tests passed, in [0, 1].
 REWARD_MODES: Final = ("binary", "fraction")
+
+
+class CodeScoreResult(ScoreResult):
+    """What :func:`score_code_many` gives per completion (see there); ``score_timed_out`` is always set."""
+
+    tests_passed: int
+    tests_total: int
+    failure: str | None
+
 
 # A fenced block: the info string's first word is the language.
 _FENCED_BLOCK = re.compile(r"^```[ \t]*(?P<language>[^\s`]*)[^\n]*\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
@@ -136,14 +154,14 @@ os._exit(0)
 _CALL_ERRORS: Final = {"runtime error": "runtime error", "memory limit": "memory limit", "unserialisable": "wrong answer"}
 
 
-def score_code(completion: str, task: CodeTask, sandbox: Sandbox, *, reward: str = "binary") -> dict[str, Any]:
+def score_code(completion: str, task: CodeTask, sandbox: Sandbox, *, reward: str = "binary") -> CodeScoreResult:
     """Score one completion on ``task``; see :func:`score_code_many`."""
     return score_code_many([(completion, task)], sandbox, reward=reward)[0]
 
 
 def score_code_many(
     completions_and_tasks: Iterable[tuple[str, CodeTask]], sandbox: Sandbox, *, reward: str = "binary"
-) -> list[dict[str, Any]]:
+) -> list[CodeScoreResult]:
     """Score each ``(completion, task)`` by running its code in ``sandbox`` and judging the answers here.
 
     All runs of all candidates go to the sandbox's pool in one batch. Each result holds:
@@ -281,16 +299,16 @@ def _stdio_outcome(result: SandboxResult, expected: str) -> str:
     return "pass" if normalize_output(output) == normalize_output(expected) else "wrong answer"
 
 
-def _result(task: CodeTask, reward: str, outcomes: list[str], met_tests: bool, timed_out: bool) -> dict[str, Any]:
+def _result(task: CodeTask, reward: str, outcomes: list[str], met_tests: bool, timed_out: bool) -> CodeScoreResult:
     passed, total = outcomes.count("pass"), task.num_tests
     acc = passed == total
-    return {
-        "score": (1.0 if acc else -1.0) if reward == "binary" else passed / total,
-        "acc": acc,
+    return CodeScoreResult(
+        score=(1.0 if acc else -1.0) if reward == "binary" else passed / total,
+        acc=acc,
         # No signature for a candidate that never met its tests: it casts no majority vote.
-        "pred": "".join("P" if outcome == "pass" else "F" for outcome in outcomes) if met_tests else None,
-        "tests_passed": passed,
-        "tests_total": total,
-        "failure": next((outcome for outcome in outcomes if outcome != "pass"), None),
-        "score_timed_out": timed_out,
-    }
+        pred="".join("P" if outcome == "pass" else "F" for outcome in outcomes) if met_tests else None,
+        tests_passed=passed,
+        tests_total=total,
+        failure=next((outcome for outcome in outcomes if outcome != "pass"), None),
+        score_timed_out=timed_out,
+    )

@@ -2,7 +2,7 @@
 
 This is a behaviour-for-behaviour reimplementation of verl's reference scorer
 ``verl/utils/reward_score/math_dapo.py`` (volcengine/verl), the scorer the DAPO
-recipe trains with (see docs/DAPO.md, section 3). The DAPO-Math-17K prompts ask the
+recipe trains with (see docs/algorithm.md §3). The DAPO-Math-17K prompts ask the
 model to finish with a line ``Answer: <answer>``; the scorer
 
 1. keeps only the last 300 characters of the response,
@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final, TypedDict
+from typing import Final
+
+from dapo_rllib.contracts import ScoreResult  # what compute_score returns (the reference's keys)
 
 __all__ = ["ScoreResult", "compute_score", "normalize_final_answer"]
 
@@ -147,14 +149,6 @@ _REGEX_REWRITES: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 # rest of that line. Case-insensitive, so "answer : 12" and "FINAL ANSWER: 12" count.
 # Linear-ish in the input and only ever run on RESPONSE_WINDOW_CHARS characters.
 _ANSWER_LINE: Final = re.compile(r"Answer\s*:\s*([^\n]+)", re.IGNORECASE)
-
-
-class ScoreResult(TypedDict):
-    """What :func:`compute_score` returns (same keys as the reference)."""
-
-    score: float  # +1.0 if correct, -1.0 otherwise
-    acc: bool  # whether the prediction matched the ground truth
-    pred: str  # the (normalised, in the default mode) extracted prediction
 
 
 def normalize_final_answer(final_answer: str) -> str:
@@ -279,4 +273,5 @@ def compute_score(
         pred = normalize_final_answer(_extract_answer_line(window))
         correct = pred == normalize_final_answer(ground_truth)
 
-    return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
+    # pred: the (normalised, in the default mode) extracted prediction, INVALID_PRED when there is none.
+    return ScoreResult(score=1.0 if correct else -1.0, acc=correct, pred=pred)

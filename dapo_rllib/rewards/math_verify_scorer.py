@@ -37,10 +37,12 @@ process). Callers bound the time instead, with
 from __future__ import annotations
 
 import re
-from typing import Final, TypedDict
+from typing import Final
 
 import sympy
 from math_verify import parse, verify
+
+from dapo_rllib.contracts import ScoreResult
 
 __all__ = ["RESPONSE_WINDOW_CHARS", "MathVerifyResult", "compute_score"]
 
@@ -58,12 +60,9 @@ _ANSWER_LINE: Final = re.compile(r"Answer\s*:\s*([^\n]+)", re.IGNORECASE)
 _MATH_DELIMITERS: Final = ("$", "\\(", "\\[", "\\boxed")
 
 
-class MathVerifyResult(TypedDict):
-    """What :func:`compute_score` returns."""
-
-    score: float  # +1.0 if correct, -1.0 otherwise
-    acc: bool  # whether the answer is equivalent to the ground truth
-    pred: str | None  # canonical form of the extracted answer; None: nothing extracted
+#: What :func:`compute_score` returns; ``pred`` is the canonical form of the extracted answer (None: nothing
+#: extracted).
+MathVerifyResult = ScoreResult
 
 
 def compute_score(response: str, ground_truth: str) -> MathVerifyResult:
@@ -84,11 +83,11 @@ def compute_score(response: str, ground_truth: str) -> MathVerifyResult:
 
     predicted = _parse_response(response[-RESPONSE_WINDOW_CHARS:])
     correct = bool(predicted) and verify(gold, predicted, timeout_seconds=None)
-    return {
-        "score": 1.0 if correct else -1.0,
-        "acc": correct,
-        "pred": _canonical_string(predicted[0]) if predicted else None,
-    }
+    return ScoreResult(
+        score=1.0 if correct else -1.0,
+        acc=correct,
+        pred=_canonical_string(predicted[0]) if predicted else None,
+    )
 
 
 def _parse_response(window: str) -> list:

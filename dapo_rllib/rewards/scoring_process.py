@@ -3,7 +3,7 @@
 A reward function can hang on degenerate model output (a regex backtracking
 catastrophically, sympy simplifying a monster expression) or on user code. Such work
 often sits in C code that holds the GIL and ignores signals, so neither a thread nor
-``signal.alarm`` can stop it: only killing the process that runs it does (DAPO.md §8).
+``signal.alarm`` can stop it: only killing the process that runs it does (docs/algorithm.md §8).
 
 :class:`ScoringProcess` keeps one persistent child,
 ``python -m dapo_rllib.rewards.scoring_process``, and sends it one request at a time as
@@ -38,10 +38,11 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Mapping
 from typing import IO, Any, Final, Self
 
 from dapo_rllib import NO_REGISTRATION_ENV
+from dapo_rllib.columns import Info
+from dapo_rllib.contracts import ScoreResult, check_score_result
 from dapo_rllib.rewards import load_scorer
 from dapo_rllib.rewards.math_dapo import INVALID_PRED
 
@@ -71,20 +72,21 @@ class ScoreOutcome:
 
     @classmethod
     def from_result(cls, scorer_spec: str, result: Any) -> ScoreOutcome:
-        """Check a scorer's ``{"score", "acc", "pred"}`` result and wrap it (pred None: no answer).
+        """Check a scorer's result (:func:`dapo_rllib.contracts.check_score_result`) and wrap it (pred None: no
+        answer).
 
         Raises:
             TypeError: ``result`` lacks a key, or a value has the wrong type.
         """
-        expected = "a mapping with 'score' (number), 'acc' (bool) and 'pred' (str or None)"
-        if not isinstance(result, Mapping) or not {"score", "acc", "pred"} <= result.keys():
-            raise TypeError(f"scorer {scorer_spec!r} returned {result!r}; expected {expected}")
-        score, pred = result["score"], result["pred"]
-        if not isinstance(score, numbers.Real) or not (pred is None or isinstance(pred, str)):
-            raise TypeError(f"scorer {scorer_spec!r} returned {result!r}; expected {expected}")
+        result = check_score_result(result, f"scorer {scorer_spec!r} returned")
         # math_dapo keeps the reference's "[INVALID]" for "no answer"; downstream (majority
         # voting) needs one meaning for it, so it becomes None like every other scorer's.
-        return cls(score=float(score), acc=bool(result["acc"]), pred=None if pred == INVALID_PRED else pred)
+        pred = None if result[Info.PRED] == INVALID_PRED else result[Info.PRED]
+        return cls(score=float(result[Info.SCORE]), acc=bool(result[Info.ACC]), pred=pred)
+
+    def as_result(self) -> ScoreResult:
+        """This verdict as a :class:`ScoreResult`, ``timed_out`` as its ``score_timed_out``."""
+        return ScoreResult(score=self.score, acc=self.acc, pred=self.pred, score_timed_out=self.timed_out)
 
 
 #: What a response scores when its scorer runs out of time: wrong.

@@ -1,4 +1,4 @@
-"""The reference DAPO run (DAPO.md §5): Qwen2.5-32B base on DAPO-Math-17K, AIME 2024 avg@32.
+"""The reference DAPO run (docs/algorithm.md §5): Qwen2.5-32B base on DAPO-Math-17K, AIME 2024 avg@32.
 
 For a GPU Ray cluster with local copies of the model and data (nothing is downloaded); the
 paths come from environment variables so that the file runs unchanged both ways:

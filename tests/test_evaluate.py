@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dapo_rllib.evaluation import evaluate
+from dapo_rllib.evaluate import evaluate
 from dapo_rllib.tables import format_table
 
 AIME = Path(__file__).resolve().parents[2] / "shared" / "data" / "aime-2024.parquet"

@@ -25,12 +25,14 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from dapo_rllib.columns import Info
+from dapo_rllib.contracts import ResetInfo, ScoreInfo, ScoreResult, check_score_result, score_info
 from dapo_rllib.rewards.text import as_text
 
 #: Config keys every problem environment has besides "dataset", and their defaults.
 PROBLEM_CONFIG: dict[str, Any] = {"split": "train", "num_problems": None, "shuffle": True, "seed": 0}
 
-_RESET_OPTIONS = ("problem_index",)
+_RESET_OPTIONS = (Info.PROBLEM_INDEX,)
 
 
 class Problem(Protocol):
@@ -141,12 +143,12 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
             raise ValueError(f"{self._name}.draw(n) needs a positive int n, got {n!r}")
         return [self._problems[i] for i in self._order.take(n)]
 
-    def score_many(self, problems: Sequence[ProblemT], completions: Sequence[str | bytes]) -> list[dict[str, Any]]:
+    def score_many(self, problems: Sequence[ProblemT], completions: Sequence[str | bytes]) -> list[ScoreInfo]:
         """Rate ``completions[k]`` as an answer to ``problems[k]``: one info dict per completion.
 
         A completion is text; bytes are decoded as UTF-8, with invalid sequences (and lone
-        surrogates in a str) replaced by U+FFFD. Each info holds ``score`` (the reward),
-        ``acc`` (correct), ``pred`` (the extracted answer, or None), ``score_timed_out``,
+        surrogates in a str) replaced by U+FFFD. Each info (a :class:`ScoreInfo`) holds ``score``
+        (the reward), ``acc`` (correct), ``pred`` (the extracted answer, or None), ``score_timed_out``,
         ``ground_truth``, ``data_source`` and whatever else the subclass reports. Neither the
         draw order nor an episode in progress changes.
 
@@ -168,27 +170,24 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         ratings = self._score_batch(problems, texts)
         return [self._info(problem, rating) for problem, rating in zip(problems, ratings)]
 
-    def _score(self, problem: ProblemT, completion: str) -> dict[str, Any]:
-        """Rate one completion: ``{"score": reward, "acc": correct, "pred": answer or None}``,
-        plus ``"score_timed_out"`` where rating can time out and any other info keys."""
+    def _score(self, problem: ProblemT, completion: str) -> ScoreResult:
+        """Rate one completion: a :class:`ScoreResult` ``{"score": reward, "acc": correct, "pred": answer or
+        None}``, plus ``"score_timed_out"`` where rating can time out and any other info keys."""
         raise NotImplementedError(
             f"{self._name} must implement _score(problem, completion), or _score_batch(problems, completions)"
         )
 
-    def _score_batch(self, problems: Sequence[ProblemT], completions: list[str]) -> list[dict[str, Any]]:
+    def _score_batch(self, problems: Sequence[ProblemT], completions: list[str]) -> list[ScoreResult]:
         """:meth:`_score` of each pair; a subclass that rates many at once (in parallel) overrides it."""
         return [self._score(problem, completion) for problem, completion in zip(problems, completions)]
 
-    def _info(self, problem: ProblemT, rating: Mapping[str, Any]) -> dict[str, Any]:
-        if not isinstance(rating, Mapping) or not {"score", "acc", "pred"} <= rating.keys():
-            raise TypeError(f"{self._name} rated a completion {rating!r}; expected a dict with 'score', 'acc' and 'pred'")
-        info = {**rating, "ground_truth": problem.ground_truth, "data_source": problem.data_source}
-        info.setdefault("score_timed_out", False)
-        return info
+    def _info(self, problem: ProblemT, rating: ScoreResult) -> ScoreInfo:
+        rating = check_score_result(rating, f"{self._name} rated a completion")
+        return score_info(rating, ground_truth=problem.ground_truth, data_source=problem.data_source)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    ) -> tuple[list[dict[str, str]], ResetInfo]:
         """Start an episode and return ``(prompt messages, info)``.
 
         Without options the next problem of the draw order is used; each
@@ -204,28 +203,28 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         if unknown:
             raise ValueError(f"unknown {self._name} reset options {unknown}; valid options: {list(_RESET_OPTIONS)}")
 
-        if "problem_index" in options:
-            index = self._check_index(options["problem_index"])
+        if Info.PROBLEM_INDEX in options:
+            index = self._check_index(options[Info.PROBLEM_INDEX])
         else:
             (index,) = self._order.take(1)
         self._current = index
         problem = self._problems[index]
-        info = {
-            "problem_index": index,
-            "ground_truth": problem.ground_truth,
-            "data_source": problem.data_source,
-            "epoch": self._order.epoch,
-        }
+        info = ResetInfo(
+            problem_index=index,
+            ground_truth=problem.ground_truth,
+            data_source=problem.data_source,
+            epoch=self._order.epoch,
+        )
         return self._messages(index), info
 
-    def step(self, action: str | bytes) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
+    def step(self, action: str | bytes) -> tuple[list[dict[str, str]], float, bool, bool, ScoreInfo]:
         """Score the completion ``action`` on the problem of :meth:`reset`; the episode always
         terminates. The info is :meth:`score_many`'s."""
         if self._current is None:
             raise RuntimeError(f"{self._name}.step() called without an active episode: call reset() first")
         (info,) = self.score_many([self._problems[self._current]], [action])
         index, self._current = self._current, None
-        return self._messages(index), info["score"], True, False, info
+        return self._messages(index), info[Info.SCORE], True, False, info
 
     def get_state(self) -> dict[str, Any]:
         """Draw-order state (see :meth:`DrawOrder.get_state`), for checkpoints."""

@@ -18,6 +18,7 @@ defaults (lengths, sampling, seed). Other algorithms' checkpoints go through
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import textwrap
@@ -28,10 +29,18 @@ from typing import Any
 from ray.tune.utils import flatten_dict
 
 from dapo_rllib import eval_metrics
-from dapo_rllib.checkpoints import build_with_policy, checkpoint_config, export_hf_model_from_checkpoint
+from dapo_rllib.checkpoints import (
+    CTOR_FILE,
+    build_with_policy,
+    checkpoint_config,
+    export_hf_model_from_checkpoint,
+    is_checkpoint,
+)
+from dapo_rllib.columns import Metrics
+from dapo_rllib.contracts import EvalRecord
 from dapo_rllib.tables import format_table
 
-# Reference lengths (DAPO.md §5), cut to the model's context when it is shorter.
+# Reference lengths (docs/algorithm.md §5), cut to the model's context when it is shorter.
 REFERENCE_PROMPT_LENGTH = 2048
 REFERENCE_RESPONSE_LENGTH = 20480
 
@@ -64,7 +73,7 @@ def evaluate(
 
     model = Path(model)
     dapo_options = dict(data=data, num_samples=num_samples, max_problems=max_problems, temperature=temperature, top_p=top_p, scorer=scorer, score_timeout_s=score_timeout_s, max_prompt_length=max_prompt_length, max_response_length=max_response_length, dtype=dtype, vllm_engine_kwargs=vllm_engine_kwargs)
-    if (model / "class_and_ctor_args.pkl").is_file():
+    if is_checkpoint(model):
         config = checkpoint_config(model)
         if not isinstance(config, DAPOConfig):
             given = sorted(k for k, v in dapo_options.items() if v is not None)
@@ -83,7 +92,8 @@ def evaluate(
         return _evaluate_dapo(config, model, out=out, **dapo_options | {"max_prompt_length": prompt, "max_response_length": response})
     raise FileNotFoundError(
         f"{str(model)!r} is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint "
-        f"(class_and_ctor_args.pkl){': it does not exist' if not model.exists() else ''}; expected e.g. runs/<run>/checkpoint_000040 or a save_pretrained directory"
+        f"({CTOR_FILE}){': it does not exist' if not model.exists() else ''}; "
+        "expected e.g. runs/<run>/checkpoint_000040 or a save_pretrained directory"
     )
 
 
@@ -100,7 +110,6 @@ def _lengths_for(model_dir: Path, prompt: int | None, response: int | None) -> t
 
 
 def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems, temperature, top_p, scorer, score_timeout_s, max_prompt_length, max_response_length, dtype, vllm_engine_kwargs) -> dict[str, Any]:
-    from dapo_rllib.columns import Metrics
     from dapo_rllib.env_runner import VLLMEnvRunner
 
     config = config.copy(copy_frozen=False)
@@ -146,15 +155,16 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems,
         records = runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems, progress=True)
     finally:
         runner.stop()
-    metrics = eval_metrics.summarize([eval_metrics.ProblemSamples.from_record(r) for r in records])
+    records = [EvalRecord.from_record(r) for r in records]
+    metrics = eval_metrics.summarize(records)
     # Prompts over max_prompt_length were left-truncated: reported, not hidden.
-    prompts_truncated = sum(r["prompt_truncated"] for r in records)
+    prompts_truncated = sum(r.prompt_truncated for r in records)
     report = {
         "settings": settings,
         "metrics": metrics,
         Metrics.PROMPTS_TRUNCATED: prompts_truncated,
-        "eval_time_s": time.perf_counter() - start,
-        "problems": [_problem_summary(r) for r in records],
+        Metrics.EVAL_TIME_S: time.perf_counter() - start,
+        "problems": [dataclasses.asdict(ProblemSummary.of(r)) for r in records],
     }
     out = Path(out) if out is not None else Path("eval_results") / f"{_label(model)}__{Path(str(data)).stem}__n{num_samples}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -186,24 +196,41 @@ def _copies_per_problem(data) -> int | None:
 def _label(model: Path) -> str:
     """A file name part for a model: '<run>_<checkpoint>' for checkpoints, else the directory name."""
     model = model.resolve()
-    return f"{model.parent.name}_{model.name}" if (model / "class_and_ctor_args.pkl").is_file() else model.name
+    return f"{model.parent.name}_{model.name}" if is_checkpoint(model) else model.name
 
 
-def _problem_summary(record: dict) -> dict[str, Any]:
-    n = len(record["acc"])
-    return {
-        "problem_index": record["problem_index"],
-        "data_source": record["data_source"],
-        "ground_truth": record["ground_truth"],
-        "num_correct": sum(record["acc"]),
-        "num_samples": n,
-        "accuracy": sum(record["acc"]) / n,
-        "majority_answer": eval_metrics.majority_answer(record["pred"]),
-        "majority_correct": eval_metrics.majority_correct(record["pred"], record["acc"]),
-        "response_length_mean": sum(record["length"]) / n,
-        "truncated": sum(record["truncated"]),
-        "scoring_timeouts": sum(record["timed_out"]),
-    }
+@dataclasses.dataclass(frozen=True)
+class ProblemSummary:
+    """One problem's entry in the report's "problems"."""
+
+    problem_index: int
+    data_source: str
+    ground_truth: str
+    num_correct: int
+    num_samples: int
+    accuracy: float
+    majority_answer: str | None
+    majority_correct: bool
+    response_length_mean: float
+    truncated: int  # samples that hit max_response_length
+    scoring_timeouts: int
+
+    @classmethod
+    def of(cls, record: EvalRecord) -> ProblemSummary:
+        n = record.n
+        return cls(
+            problem_index=record.problem_index,
+            data_source=record.data_source,
+            ground_truth=record.ground_truth,
+            num_correct=sum(record.acc),
+            num_samples=n,
+            accuracy=sum(record.acc) / n,
+            majority_answer=eval_metrics.majority_answer(record.pred),
+            majority_correct=eval_metrics.majority_correct(record.pred, record.acc),
+            response_length_mean=sum(record.length) / n,
+            truncated=sum(record.truncated),
+            scoring_timeouts=sum(record.timed_out),
+        )
 
 
 def print_table(metrics: dict[str, dict[str, float]]) -> None:

@@ -1,0 +1,180 @@
+"""The types that travel between DAPO's pieces, and the one check of each (key names: `dapo_rllib.columns`).
+
+    ScoreResult     a verdict on one completion: what a scorer function returns (`dapo_rllib.rewards`) and
+                    what a problem environment's `_score` returns; checked by `check_score_result`
+    ScoreInfo       the info of a scored completion (`ProblemEnv.score_many`, `step`): a ScoreResult with the
+                    problem's ground truth and data source; built by `score_info`
+    ResetInfo       the info of `ProblemEnv.reset`
+    ProblemSamples  the n scored samples of one problem: what the validation metrics need
+    EvalRecord      a ProblemSamples that also says which problem: what `VLLMEnvRunner.evaluate` returns, one
+                    per problem (built by `EvalRecord.from_infos`); it travels between Ray processes
+
+The infos are dicts (TypedDicts), as Gymnasium and RLlib's episodes keep them and as task types add keys of
+their own; their keys are the names in `columns.Info`, so that code reads `info[Info.SCORE]`. Plain Python:
+the scoring child process and the environments import this module without Ray.
+"""
+
+# No `from __future__ import annotations`: TypedDict needs NotRequired as an object, not a string, to
+# tell required keys from optional ones.
+
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, NotRequired, Self, TypedDict, cast
+
+from dapo_rllib.columns import Info
+
+__all__ = [
+    "EvalRecord",
+    "ProblemSamples",
+    "ResetInfo",
+    "ScoreInfo",
+    "ScoreResult",
+    "check_score_result",
+    "score_info",
+]
+
+
+class ScoreResult(TypedDict):
+    """A verdict on one completion: a scorer's (``{"score", "acc", "pred"}``) or a task type's ``_score``."""
+
+    score: float  # the reward (+1.0 / -1.0 for the math scorers)
+    acc: bool  # correct
+    pred: str | None  # the extracted answer (None: none found); majority voting compares these
+    score_timed_out: NotRequired[bool]  # rating ran out of time (scored wrong); absent: False
+
+
+class ScoreInfo(TypedDict):
+    """The info of a scored completion; a task type's own keys (``CodeEnv``'s ``tests_passed``, ...) come too."""
+
+    score: float
+    acc: bool
+    pred: str | None
+    score_timed_out: bool
+    ground_truth: str
+    data_source: str
+
+
+class ResetInfo(TypedDict):
+    """The info of ``ProblemEnv.reset``: which problem the episode is about."""
+
+    problem_index: int
+    ground_truth: str
+    data_source: str
+    epoch: int
+
+
+_EXPECTED_RESULT = f"a mapping with {Info.SCORE!r} (number), {Info.ACC!r} (bool) and {Info.PRED!r} (str or None)"
+
+
+def check_score_result(result: Any, source: str) -> ScoreResult:
+    """``result``, checked to be a :class:`ScoreResult`: a mapping with a real-number ``score``, an ``acc`` and
+    a ``pred`` that is a str or None (other keys are allowed).
+
+    Args:
+        result: What a scorer or a task type's ``_score`` returned.
+        source: Who returned it, to start the error message ("scorer 'math_dapo' returned").
+
+    Raises:
+        TypeError: It is not a ScoreResult.
+    """
+    if not (
+        isinstance(result, Mapping)
+        and {Info.SCORE, Info.ACC, Info.PRED} <= result.keys()
+        and isinstance(result[Info.SCORE], numbers.Real)
+        and (result[Info.PRED] is None or isinstance(result[Info.PRED], str))
+    ):
+        raise TypeError(f"{source} {result!r}; expected {_EXPECTED_RESULT}")
+    return cast(ScoreResult, result)
+
+
+def score_info(rating: ScoreResult, *, ground_truth: str, data_source: str) -> ScoreInfo:
+    """The info of a completion rated ``rating``: its keys (a task type's own too), the problem's ground truth and
+    data source, and ``score_timed_out`` (False unless ``rating`` says otherwise)."""
+    info: dict[str, Any] = {**rating, Info.GROUND_TRUTH: ground_truth, Info.DATA_SOURCE: data_source}
+    info.setdefault(Info.SCORE_TIMED_OUT, False)
+    return cast(ScoreInfo, info)
+
+
+# Marks the fields of ProblemSamples that hold one value per sample.
+_PER_SAMPLE = "per_sample"
+
+
+@dataclass(frozen=True)
+class ProblemSamples:
+    """The n samples drawn for one problem, scored.
+
+    Attributes:
+        data_source: Which data source the problem belongs to (metrics are per source).
+        acc: Whether each sample is correct.
+        pred: The answer extracted from each sample (None: none found); the majority vote
+            counts equal strings as the same answer.
+        length: Response length of each sample in tokens.
+        truncated: Whether each sample hit the generation limit.
+        timed_out: Whether scoring each sample hit the scoring timeout (scored wrong).
+    """
+
+    data_source: str
+    acc: Sequence[bool] = field(metadata={_PER_SAMPLE: True})
+    pred: Sequence[str | None] = field(metadata={_PER_SAMPLE: True})
+    length: Sequence[int] = field(metadata={_PER_SAMPLE: True})
+    truncated: Sequence[bool] = field(metadata={_PER_SAMPLE: True})
+    timed_out: Sequence[bool] = field(metadata={_PER_SAMPLE: True})
+
+    def __post_init__(self) -> None:
+        sizes = {f.name: len(getattr(self, f.name)) for f in fields(self) if f.metadata.get(_PER_SAMPLE)}
+        if len(set(sizes.values())) != 1 or not self.n:
+            raise ValueError(f"a problem needs the same, non-zero number of values per sample field, got {sizes}")
+
+    @property
+    def n(self) -> int:
+        return len(self.acc)
+
+    @classmethod
+    def from_record(cls, record: "ProblemSamples | Mapping[str, Any]") -> Self:
+        """From a record of ``VLLMEnvRunner.evaluate``: one of this class (an :class:`EvalRecord` is a
+        ProblemSamples) as it is, or its fields as a dict (other keys ignored)."""
+        if isinstance(record, cls):
+            return record
+        return cls(**{f.name: record[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class EvalRecord(ProblemSamples):
+    """One problem's scored samples and which problem it is (``VLLMEnvRunner.evaluate`` gives one per problem).
+
+    Attributes (besides :class:`ProblemSamples`'):
+        problem_index: The problem's index in the validation dataset.
+        ground_truth: Its reference answer.
+        prompt_truncated: Its prompt was longer than max_prompt_length and was left-truncated.
+    """
+
+    problem_index: int
+    ground_truth: str
+    prompt_truncated: bool
+
+    @classmethod
+    def from_infos(
+        cls,
+        infos: Sequence[ScoreInfo],
+        *,
+        problem_index: int,
+        data_source: str,
+        ground_truth: str,
+        length: Sequence[int],
+        truncated: Sequence[bool],
+        prompt_truncated: bool,
+    ) -> Self:
+        """The record of a problem whose samples were scored ``infos`` (``ProblemEnv.score_many``), with each
+        sample's ``length`` in tokens and whether it was ``truncated``."""
+        return cls(
+            problem_index=problem_index,
+            data_source=data_source,
+            ground_truth=ground_truth,
+            acc=[bool(info[Info.ACC]) for info in infos],
+            pred=[info[Info.PRED] for info in infos],
+            length=list(length),
+            truncated=list(truncated),
+            timed_out=[bool(info[Info.SCORE_TIMED_OUT]) for info in infos],
+            prompt_truncated=prompt_truncated,
+        )

@@ -1,0 +1,175 @@
+"""Dynamic sampling (docs/algorithm.md §2.2): generation rounds until a step has enough informative groups.
+
+`GroupSampler` is the algorithm's side of sampling. It owns the training data's position (the
+draw order) and numbers the groups, so that a replaced env runner neither restarts nor repeats
+the epoch and a group's sampling seed follows from its id alone. Each round draws the next
+problems, has the env runners sample and score them (the `sample` callable, see
+`dapo_rllib.env_runner_group`), and keeps the groups whose `filter_metric` varies: a group all
+right or all wrong has zero advantage everywhere and would only dilute the batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, TIMERS
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+from dapo_rllib import core_algos
+from dapo_rllib.columns import Extras, Metrics
+from dapo_rllib.connectors import episode_value
+from dapo_rllib.problem_env import DrawOrder
+
+FILTER_METRICS = {"acc": Extras.ACC, "score": Extras.SCORE}  # filter_metric setting -> episode extra
+DRAW_ORDER = "draw_order"  # checkpoint key: the training data's position and the next group id
+
+# (problem index, group id) requests -> [(episodes, env runner metrics, timing)] of the env runners
+SampleFn = Callable[[list[tuple[int, int]], MetricsLogger], list[tuple[list, Any, dict]]]
+
+
+class GroupSampler:
+    def __init__(self, config, sample: SampleFn, draw_order: DrawOrder):
+        self.config = config
+        self._sample = sample
+        self._draw_order = draw_order
+        self._next_group_id = 0
+
+    def collect(self, metrics: MetricsLogger) -> list[list]:
+        """Generation rounds until `train_batch_size_prompts` informative groups (or one round of
+        that many prompts without dynamic sampling); their metrics go to `metrics`."""
+        cfg = self.config
+        kept: list[list] = []
+        generated: list[list] = []
+        rounds = 0
+        metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_RUNNERS_LOST), 0, reduce="sum")
+        num_prompts = cfg.gen_batch_size_prompts if cfg.dynamic_sampling else cfg.train_batch_size_prompts
+        while len(kept) < cfg.train_batch_size_prompts and rounds < cfg.max_num_gen_batches:
+            rounds += 1
+            groups = group_episodes(self._round(num_prompts, metrics))
+            generated.extend(groups)
+            if not cfg.dynamic_sampling:
+                kept.extend(groups)
+                break
+            kept.extend(informative_groups(groups, FILTER_METRICS[cfg.filter_metric]))
+            scored = sum(len(g) for g in groups)
+            print(
+                f"[DAPO] generation round {rounds}: {scored} samples scored, "
+                f"{len(kept)} informative groups (need {cfg.train_batch_size_prompts})",
+                flush=True,
+            )
+
+        generation_s = metrics.peek((TIMERS, Metrics.GENERATION_S))
+        tokens_per_s = metrics.peek((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS)) / max(generation_s, 1e-9)
+        metrics.log_value((TIMERS, Metrics.GENERATION_TOKENS_PER_S), tokens_per_s, window=1)
+        informative = len(kept)
+        if informative < cfg.train_batch_size_prompts:
+            kept = self._partial_batch_or_raise(kept, generated, rounds)
+        kept = kept[: cfg.train_batch_size_prompts]
+        self._log_rollout_metrics(generated, informative, len(kept), rounds, metrics)
+        return kept
+
+    def collect_apart(self) -> tuple[list[list], dict]:
+        """`collect` with a logger of its own, returned reduced, to be merged into the algorithm's
+        with `aggregate` by the main thread: safe in async_rollout's generation thread (RLlib's
+        MetricsLogger is not thread-safe), and used for every collection of an async run, since a
+        key cannot be both logged and merged into. Its rollout metrics are of the batch
+        generated, trained the step after."""
+        metrics = MetricsLogger(root=True)
+        groups = self.collect(metrics)
+        return groups, metrics.reduce()
+
+    def _round(self, num_prompts: int, metrics: MetricsLogger) -> list:
+        """One generation round: the next `num_prompts` problems of the draw order."""
+        first = self._next_group_id
+        self._next_group_id += num_prompts
+        requests = list(zip(self._draw_order.take(num_prompts), range(first, first + num_prompts)))
+        out = self._sample(requests, metrics)
+        metrics.aggregate([m for _, m, _ in out], key=ENV_RUNNER_RESULTS)
+        # Runners generate in parallel: a round takes as long as its slowest runner.
+        for key in (Metrics.GENERATION_S, Metrics.SCORING_S):
+            metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
+        tokens = sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out)
+        metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), tokens, reduce="sum")
+        return [ep for episodes, _, _ in out for ep in episodes]
+
+    def _partial_batch_or_raise(self, kept: list, generated: list, rounds: int) -> list:
+        cfg = self.config
+        fraction = len(kept) / max(len(generated), 1)
+        whole = (len(kept) // cfg.minibatch_size_prompts) * cfg.minibatch_size_prompts or len(kept) - len(kept) % max(
+            cfg.num_learners, 1
+        )
+        if not cfg.train_on_partial_batch or not whole:
+            raise RuntimeError(
+                f"Dynamic sampling collected {len(kept)} of train_batch_size_prompts="
+                f"{cfg.train_batch_size_prompts} informative groups in max_num_gen_batches="
+                f"{cfg.max_num_gen_batches} generation rounds: only {fraction:.1%} of the "
+                f"{len(generated)} generated groups had a varying '{cfg.filter_metric}'. The data "
+                "may be too easy or too hard for the model. Raise max_num_gen_batches or "
+                "gen_batch_size_prompts, or set train_on_partial_batch=True to train on what was "
+                "collected."
+            )
+        print(f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)", flush=True)
+        return kept[:whole]
+
+    def _log_rollout_metrics(
+        self, generated: list[list], informative: int, trained: int, rounds: int, metrics: MetricsLogger
+    ) -> None:
+        episodes = [ep for g in generated for ep in g]
+        lengths = np.array([len(ep.get_actions(0)) for ep in episodes])
+        accs = [np.array([episode_value(ep, Extras.ACC) for ep in g]) for g in generated]
+        values = {
+            Metrics.GENERATION_ROUNDS: rounds,
+            Metrics.GROUPS_GENERATED: len(generated),
+            Metrics.GROUPS_KEPT: trained,
+            Metrics.GROUPS_KEPT_FRACTION: informative / max(len(generated), 1),
+            Metrics.PARTIAL_BATCH: int(trained < self.config.train_batch_size_prompts),
+            Metrics.GROUPS_ALL_CORRECT_FRACTION: float(np.mean([a.min() == 1 for a in accs])),
+            Metrics.GROUPS_ALL_WRONG_FRACTION: float(np.mean([a.max() == 0 for a in accs])),
+            Metrics.TRUNCATION_RATIO: float(np.mean([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])),
+            Metrics.SCORING_TIMEOUTS: sum(bool(episode_value(ep, Extras.SCORE_TIMED_OUT)) for ep in episodes),
+            Metrics.RESPONSE_LENGTH_MEAN: float(lengths.mean()),
+            Metrics.RESPONSE_LENGTH_MAX: int(lengths.max()),
+            Metrics.REWARD_MEAN: float(np.mean([ep.get_return() for ep in episodes])),
+            Metrics.SCORE_MEAN: float(np.mean([episode_value(ep, Extras.SCORE) for ep in episodes])),
+            Metrics.ACC_MEAN: float(np.mean([episode_value(ep, Extras.ACC) for ep in episodes])),
+        }
+        for key, value in values.items():
+            metrics.log_value((Metrics.ROLLOUT, key), value, window=1)
+
+    # ----- state: the training data's position ---------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        return {DRAW_ORDER: {"order": self._draw_order.get_state(), "next_group_id": self._next_group_id}}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if DRAW_ORDER not in state:
+            return
+        order = DrawOrder.from_state(state[DRAW_ORDER]["order"])
+        if order.num_problems != self._draw_order.num_problems:
+            raise ValueError(
+                f"the checkpoint's training data has {order.num_problems} problems, this run's env has "
+                f"{self._draw_order.num_problems}: resume with the dataset it was trained on"
+            )
+        self._draw_order, self._next_group_id = order, state[DRAW_ORDER]["next_group_id"]
+
+
+def group_episodes(episodes: list) -> list[list]:
+    """Episodes grouped by prompt, in first-seen order."""
+    groups: dict[int, list] = defaultdict(list)
+    for ep in episodes:
+        groups[int(episode_value(ep, Extras.GROUP_ID))].append(ep)
+    return list(groups.values())
+
+
+def informative_groups(groups: list[list], metric_key: str) -> list[list]:
+    """Groups whose metric varies (or single-member groups), via core_algos.filter_groups."""
+    if not groups:
+        return []
+    values = torch.tensor([float(episode_value(ep, metric_key)) for g in groups for ep in g], dtype=torch.float64)
+    ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
+    keep = core_algos.filter_groups(values, ids)
+    first = np.cumsum([0] + [len(g) for g in groups[:-1]])
+    return [g for g, start in zip(groups, first) if bool(keep[start])]

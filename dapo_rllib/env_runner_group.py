@@ -1,0 +1,126 @@
+"""Calls on DAPO's env runners: fan-out, answers checked, lost runners retried or named.
+
+RLlib's `EnvRunnerGroup.foreach_env_runner` marks a runner that died unhealthy and leaves it out
+of the results: a generation round would silently shrink, a weight update silently skip a
+runner. Every call DAPO makes on its env runners goes through here instead, and either gets an
+answer from each runner it asked or raises naming the ones that did not answer.
+
+Sampling (`sample_on_env_runners`) goes further when `restart_failed_env_runners` is on: the
+share of a runner that died is sampled again on the runners still in service, so a step loses
+no group and counts none twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+import ray
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+from dapo_rllib.columns import Metrics
+
+# Tries of a generation round's share before a failing env runner stops the run: a runner that
+# raises dies and comes back (RLlib), so a share that kills every runner would loop for ever.
+SAMPLE_ATTEMPTS = 3
+
+
+def on_env_runners(group, func, env_runner_ids: list[int] | None = None) -> list:
+    """`func(runner)` (or, for a list, `func[i]` on runner i) on the group's env runners (those
+    of `env_runner_ids`, or all; the local one if there are no remote ones), in that order.
+
+    Raises when one did not answer.
+    """
+    if group.num_remote_env_runners() == 0:
+        return group.foreach_env_runner(func, local_env_runner=True)
+    wanted = list(group.healthy_worker_ids()) if env_runner_ids is None else list(env_runner_ids)
+    answers, missing = _answers(group, func, wanted)
+    if missing:
+        raise lost_env_runners_error(missing)
+    return [answers[index] for index in wanted]
+
+
+def sample_on_env_runners(
+    group,
+    requests: list[tuple[int, int]],
+    *,
+    restart_failed: bool,
+    runners_in_service: Callable[[], list[int]],
+    metrics: MetricsLogger,
+) -> list[tuple[list, Any, dict]]:
+    """`(episodes, metrics, timing)` of the env runners for `(problem index, group id)` requests,
+    each request answered exactly once.
+
+    Spread evenly over `runners_in_service()`. A runner that dies mid-round takes nothing with it:
+    its share (the same problems and group ids, so the same seeds) is sampled again on the
+    runners in service; without `restart_failed` a dead runner stops the run, named.
+    """
+    call = partial(_sample_and_report, requests=requests)
+    if group.num_remote_env_runners() == 0:
+        return group.foreach_env_runner(call, local_env_runner=True)
+    out, attempts = [], 0
+    while True:
+        attempts += 1
+        ids = runners_in_service()
+        shares = [share for share in np.array_split(np.arange(len(requests)), len(ids)) if len(share)]
+        shares = [[requests[i] for i in share] for share in shares]
+        ids = ids[: len(shares)]
+        answers, missing = _answers(group, [partial(_sample_and_report, requests=share) for share in shares], ids)
+        out += [answers[i] for i in ids if i in answers]
+        if not missing:
+            return out
+        if not restart_failed or attempts == SAMPLE_ATTEMPTS:
+            raise lost_env_runners_error(missing)
+        requests = [request for i, share in zip(ids, shares) if i in missing for request in share]
+        metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_RUNNERS_LOST), len(missing), reduce="sum")
+        print(
+            f"[DAPO] env runner(s) {missing} lost while sampling; "
+            f"their {len(requests)} prompts go to the env runners in service",
+            flush=True,
+        )
+
+
+def wait_for_env_runners(group, restore: Callable[[], Any], timeout_s: float) -> list[int]:
+    """The remote env runners in service; when none is, `restore()` (RLlib's restart of failed
+    runners) until one is, for up to `timeout_s` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not (ids := list(group.healthy_worker_ids())):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no env runner came back within env_runner_restore_timeout_s={timeout_s}")
+        print("[DAPO] waiting for a restarted env runner ...", flush=True)
+        restore()
+    return ids
+
+
+def lost_env_runners_error(missing: list[int]) -> RuntimeError:
+    return RuntimeError(
+        f"env runner(s) {missing} did not answer (died or raised: see the error "
+        "logged above). DAPO does not go on with fewer runners than it asked; "
+        "`.fault_tolerance(restart_failed_env_runners=True)` replaces dead ones and samples their share again."
+    )
+
+
+def _answers(group, func, env_runner_ids: list[int]) -> tuple[dict[int, Any], list[int]]:
+    """({env runner id: answer}, ids of those that did not answer) of `func` on remote env runners."""
+    calls = [partial(_with_index, f) for f in func] if isinstance(func, list) else partial(_with_index, func)
+    try:
+        answers = dict(group.foreach_env_runner(calls, local_env_runner=False, remote_worker_ids=env_runner_ids))
+    except ray.exceptions.RayActorError as error:
+        # Without fault tolerance RLlib raises at the first dead runner, after marking it unhealthy.
+        dead = sorted(set(env_runner_ids) - set(group.healthy_worker_ids()))
+        if not dead:
+            raise
+        raise lost_env_runners_error(dead) from error
+    return answers, sorted(set(env_runner_ids) - set(answers))
+
+
+def _with_index(func, env_runner):
+    return env_runner.worker_index, func(env_runner)
+
+
+def _sample_and_report(env_runner, requests: list[tuple[int, int]]):
+    episodes = env_runner.sample(requests=requests)
+    return episodes, env_runner.get_metrics(), env_runner.last_sample_timing

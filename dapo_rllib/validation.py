@@ -1,0 +1,65 @@
+"""Held-out validation during training: avg@n, pass@k, maj@n per data source.
+
+Run by RLlib's evaluation (`evaluation_interval`, `Algorithm.evaluate()`) through its
+`custom_evaluation_function` hook, and once before the first training step
+(`val_before_train`). Each env runner samples its shard of the validation problems
+(`VLLMEnvRunner.evaluate`); the shards are merged here and summarised by
+`dapo_rllib.eval_metrics`. (The `rllib evaluate` command, `dapo_rllib.evaluate`, reports the same
+metrics for a model or checkpoint outside training.)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, EVALUATION_RESULTS, NUM_ENV_STEPS_SAMPLED, NUM_EPISODES
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+from ray.tune.utils import flatten_dict
+
+from dapo_rllib import eval_metrics
+from dapo_rllib.columns import Metrics
+from dapo_rllib.env_runner_group import on_env_runners
+
+
+def evaluate_heldout(algorithm, eval_env_runner_group) -> tuple[dict, int, int]:
+    """Validation metrics per data source (RLlib's `custom_evaluation_function` hook).
+
+    Runs on the evaluation env runners if there are any, else on the training ones (which hold
+    the learner's weights: DAPO syncs them after every update).
+    """
+    results = heldout_results(algorithm.config, eval_env_runner_group or algorithm.env_runner_group)
+    algorithm.num_evaluations += 1
+    # Evaluate() reads results back as merged stats, the way eval env runners report theirs.
+    algorithm.metrics.aggregate([as_stats(results)], key=EVALUATION_RESULTS)
+    num_samples = results[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED]
+    return results, num_samples, num_samples
+
+
+def heldout_results(config, group) -> dict[str, Any]:
+    """{data source: avg@n, pass@k, maj@n, ...} on the validation env, over `group`'s runners."""
+    start = time.perf_counter()
+    # Each runner holds a shard of the problems: one that does not answer must not shrink the set.
+    shards = on_env_runners(
+        group, lambda runner: runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems)
+    )
+    problems = sorted((record for shard in shards for record in shard), key=lambda r: r["problem_index"])
+    results: dict[str, Any] = eval_metrics.summarize([eval_metrics.ProblemSamples.from_record(r) for r in problems])
+    elapsed = time.perf_counter() - start
+    num_samples = sum(m["num_samples"] for m in results.values())
+    results[ENV_RUNNER_RESULTS] = {
+        NUM_ENV_STEPS_SAMPLED: num_samples,
+        NUM_EPISODES: num_samples,
+        Metrics.EVAL_TIME_S: elapsed,
+        Metrics.PROMPTS_TRUNCATED: sum(r["prompt_truncated"] for r in problems),
+    }
+    print(f"[DAPO] validation ({elapsed:.1f} s): {eval_metrics.headline(results)}", flush=True)
+    return results
+
+
+def as_stats(results: dict[str, Any]) -> dict:
+    """(Nested) `results` as reduced MetricsLogger stats, ready for `MetricsLogger.aggregate`."""
+    logger = MetricsLogger(root=False)
+    for key, value in flatten_dict(results, delimiter="\0").items():
+        logger.log_value(tuple(key.split("\0")), value, window=1)
+    return logger.reduce()
