@@ -130,14 +130,6 @@ class ProblemSamples:
     def n(self) -> int:
         return len(self.acc)
 
-    @classmethod
-    def from_record(cls, record: "ProblemSamples | Mapping[str, Any]") -> Self:
-        """From a record of ``VLLMEnvRunner.evaluate``: one of this class (an :class:`EvalRecord` is a
-        ProblemSamples) as it is, or its fields as a dict (other keys ignored)."""
-        if isinstance(record, cls):
-            return record
-        return cls(**{f.name: record[f.name] for f in fields(cls)})
-
 
 @dataclass(frozen=True)
 class EvalRecord(ProblemSamples):

@@ -43,7 +43,8 @@ from ray.rllib.utils.metrics import (
 from tqdm import tqdm
 
 from dapo_rllib import core_algos
-from dapo_rllib.columns import Extras, Metrics
+from dapo_rllib.columns import Extras, Info, Metrics
+from dapo_rllib.contracts import EvalRecord, ScoreInfo
 from dapo_rllib.data.prompts import render_prompt_ids
 from dapo_rllib.problem_env import ProblemEnv
 from dapo_rllib.ray_private import registered_env_creator
@@ -101,7 +102,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.worker_index = self.worker_index or 0
         self.make_env()
         self._eval_env = None
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.config.model_path))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.config.policy_model_path)
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
         self._engine_weights = EngineWeights(self.llm, owner=f"env runner {self.worker_index}")
         self._held_seq_no = 0  # of the weights the engine holds (the learner's count of updates)
@@ -195,7 +196,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
         return episodes
 
-    def _episode(self, prompt_ids, completion, group_id: int, info: dict) -> SingleAgentEpisode:
+    def _episode(self, prompt_ids, completion, group_id: int, info: ScoreInfo) -> SingleAgentEpisode:
         cfg = self.config
         response = np.asarray(completion.token_ids, dtype=np.int64)
         truncated = completion.finish_reason == "length"
@@ -214,19 +215,19 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             raise RuntimeError(f"vLLM returned {rollout_logp.shape[0]} log-probs for {len(response)} sampled tokens")
         prompt = np.asarray(prompt_ids, dtype=np.int64)
         ep = SingleAgentEpisode(observation_space=None, action_space=None)
-        ep.add_env_reset(observation=prompt, infos={"ground_truth": info["ground_truth"]})
+        ep.add_env_reset(observation=prompt, infos={Info.GROUND_TRUTH: info[Info.GROUND_TRUTH]})
         ep.add_env_step(
             observation=prompt,
             action=response,
-            reward=float(info["score"]) + penalty,
+            reward=float(info[Info.SCORE]) + penalty,
             infos=info,
             terminated=True,
             extra_model_outputs={
                 Extras.GROUP_ID: group_id,
-                Extras.SCORE: float(info["score"]),
-                Extras.ACC: float(info["acc"]),
+                Extras.SCORE: float(info[Info.SCORE]),
+                Extras.ACC: float(info[Info.ACC]),
                 Extras.TRUNCATED: truncated,
-                Extras.SCORE_TIMED_OUT: bool(info["score_timed_out"]),
+                Extras.SCORE_TIMED_OUT: bool(info[Info.SCORE_TIMED_OUT]),
                 Extras.OVERLONG_PENALTY: penalty,
                 Extras.ROLLOUT_LOGP: rollout_logp,
                 WEIGHTS_SEQ_NO: self._held_seq_no,
@@ -242,15 +243,14 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             self._eval_env = build_env(eval_cfg.env, self.config.evaluation_env_config(), self.worker_index, self.num_workers)
         return self._eval_env
 
-    def evaluate(self, *, num_samples: int, max_problems: int | None = None, progress: bool = False) -> list[dict[str, Any]]:
+    def evaluate(self, *, num_samples: int, max_problems: int | None = None, progress: bool = False) -> list[EvalRecord]:
         """`num_samples` scored samples of each problem in this runner's shard of the validation set.
 
         Problems (the first `max_problems`, or all) are split round-robin over the runners
         (worker_index 1..n; a local runner takes them all) and sampled with the evaluation
         settings and a fixed seed per problem, so successive evaluations differ only by the
-        weights. Returns one record per problem (see `dapo_rllib.eval_metrics.ProblemSamples`,
-        and `prompt_truncated`: its prompt was longer than max_prompt_length);
-        the caller merges the shards and computes the metrics. `progress` shows progress bars.
+        weights. Returns one `dapo_rllib.contracts.EvalRecord` per problem; the caller merges
+        the shards and computes the metrics. `progress` shows progress bars.
         """
         env = self._evaluation_env()
         count = env.num_problems if max_problems is None else min(max_problems, env.num_problems)
@@ -260,7 +260,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         fitted = {i: self._fitted_prompt(env.problem(i).messages) for i in mine}
         prompts = [fitted[i][0] for i in mine]
         seeds = [request_seed(self.config.seed, EVAL_STREAM, i) for i in mine]
-        outputs = self._generate(prompts, self._sampling_params(n=num_samples, explore=False, seeds=seeds), progress=progress)
+        params = self._sampling_params(n=num_samples, explore=False, seeds=seeds)
+        outputs = self._generate(prompts, params, progress=progress)
         scoring = tqdm(total=len(mine) * num_samples, desc="scoring", unit="sample", disable=not progress)
         # Scored a chunk of problems at a time: enough samples to keep a parallel scorer (the
         # code env's sandbox pool) busy, few enough for the progress bar to move.
@@ -269,27 +270,25 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         records = []
         for start in range(0, len(pairs), per_chunk):
             chunk = pairs[start : start + per_chunk]
-            infos = iter(self._score(env, [env.problem(i) for i, out in chunk for _ in out.outputs], [c for _, out in chunk for c in out.outputs]))
+            # Evaluation samples are detokenized by vLLM (`_sampling_params`).
+            problems = [env.problem(i) for i, out in chunk for _ in out.outputs]
+            infos = iter(env.score_many(problems, [c.text for _, out in chunk for c in out.outputs]))
             for i, out in chunk:
-                records.append(self._eval_record(env.problem(i), i, out.outputs, [next(infos) for _ in out.outputs]))
-                records[-1]["prompt_truncated"] = fitted[i][1]
+                problem = env.problem(i)
+                records.append(
+                    EvalRecord.from_infos(
+                        [next(infos) for _ in out.outputs],
+                        problem_index=i,
+                        data_source=problem.data_source,
+                        ground_truth=problem.ground_truth,
+                        length=[len(c.token_ids) for c in out.outputs],
+                        truncated=[c.finish_reason == "length" for c in out.outputs],
+                        prompt_truncated=fitted[i][1],
+                    )
+                )
             scoring.update(sum(len(out.outputs) for _, out in chunk))
         scoring.close()
         return records
-
-    @staticmethod
-    def _eval_record(problem, problem_index: int, completions: list, infos: list[dict]) -> dict[str, Any]:
-        """One problem's scored samples (the fields of `dapo_rllib.eval_metrics.ProblemSamples`)."""
-        return {
-            "problem_index": problem_index,
-            "data_source": problem.data_source,
-            "ground_truth": problem.ground_truth,
-            "acc": [bool(info["acc"]) for info in infos],
-            "pred": [info["pred"] for info in infos],
-            "length": [len(c.token_ids) for c in completions],
-            "truncated": [c.finish_reason == "length" for c in completions],
-            "timed_out": [bool(info["score_timed_out"]) for info in infos],
-        }
 
     # ----- weights: streamed in buckets (see dapo_rllib.weight_sync) ----------------------
     def begin_weight_update(self) -> None:

@@ -155,7 +155,6 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems,
         records = runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems, progress=True)
     finally:
         runner.stop()
-    records = [EvalRecord.from_record(r) for r in records]
     metrics = eval_metrics.summarize(records)
     # Prompts over max_prompt_length were left-truncated: reported, not hidden.
     prompts_truncated = sum(r.prompt_truncated for r in records)

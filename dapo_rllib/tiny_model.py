@@ -44,9 +44,8 @@ import torch
 
 from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
 from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
-from dapo_rllib.data.scratchpad_sums import generate_sum_problems, parse_sum_question, scratchpad_lines
 from dapo_rllib.data.prompts import render_prompt_ids
-
+from dapo_rllib.data.scratchpad_sums import generate_sum_problems, parse_sum_question, scratchpad_lines
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 CHAT_TEMPLATE = (

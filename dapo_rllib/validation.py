@@ -43,15 +43,15 @@ def heldout_results(config, group) -> dict[str, Any]:
     shards = on_env_runners(
         group, lambda runner: runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems)
     )
-    problems = sorted((record for shard in shards for record in shard), key=lambda r: r["problem_index"])
-    results: dict[str, Any] = eval_metrics.summarize([eval_metrics.ProblemSamples.from_record(r) for r in problems])
+    problems = sorted((record for shard in shards for record in shard), key=lambda r: r.problem_index)
+    results: dict[str, Any] = eval_metrics.summarize(problems)
     elapsed = time.perf_counter() - start
-    num_samples = sum(m["num_samples"] for m in results.values())
+    num_samples = sum(m[Metrics.NUM_SAMPLES] for m in results.values())
     results[ENV_RUNNER_RESULTS] = {
         NUM_ENV_STEPS_SAMPLED: num_samples,
         NUM_EPISODES: num_samples,
         Metrics.EVAL_TIME_S: elapsed,
-        Metrics.PROMPTS_TRUNCATED: sum(r["prompt_truncated"] for r in problems),
+        Metrics.PROMPTS_TRUNCATED: sum(r.prompt_truncated for r in problems),
     }
     print(f"[DAPO] validation ({elapsed:.1f} s): {eval_metrics.headline(results)}", flush=True)
     return results

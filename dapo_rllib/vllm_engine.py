@@ -23,12 +23,12 @@ from dapo_rllib.weight_sync import BucketAssembler
 
 
 def build_vllm_engine(config, seed: int):
-    """An in-process vLLM engine for `config.model_path` (CPU build here, CUDA build on GPUs)."""
+    """An in-process vLLM engine for the policy's model (CPU build here, CUDA build on GPUs)."""
     from vllm import LLM  # after `import dapo_rllib`, which sets vLLM's environment defaults
 
     on_gpu = torch.cuda.is_available()
     kwargs = dict(
-        model=str(config.model_path),
+        model=config.policy_model_path,
         dtype=config.model_dtype,
         seed=seed,
         max_model_len=config.max_prompt_length + config.max_response_length,

@@ -1,7 +1,7 @@
 """Gymnasium environments for DAPO training."""
 
+from dapo_rllib.problem_env import ProblemEnv
 from envs.code_env import CodeEnv
 from envs.math_env import MathEnv
-from dapo_rllib.problem_env import ProblemEnv
 
 __all__ = ["CodeEnv", "MathEnv", "ProblemEnv"]

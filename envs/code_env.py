@@ -18,9 +18,9 @@ from typing import Any
 
 from dapo_rllib.data.code_arithmetic import generate_code_tasks
 from dapo_rllib.data.code_tasks import CodeTask, load_code_tasks
+from dapo_rllib.problem_env import PROBLEM_CONFIG, ProblemEnv
 from dapo_rllib.rewards.code import REWARD_MODES, CodeScoreResult, score_code_many
 from dapo_rllib.sandbox import Sandbox, SandboxLimits
-from dapo_rllib.problem_env import PROBLEM_CONFIG, ProblemEnv
 
 #: Value of the "dataset" config key that selects the built-in generator.
 GENERATED_DATASET = "generated"

@@ -17,9 +17,9 @@ from typing import Any
 
 from dapo_rllib.contracts import ScoreResult
 from dapo_rllib.data import MathProblem, generate_arithmetic_problems, load_math_dataset
+from dapo_rllib.problem_env import PROBLEM_CONFIG, ProblemEnv
 from dapo_rllib.rewards import SCORERS, load_scorer, scorer_for
 from dapo_rllib.rewards.scoring_process import ScoreOutcome, shared_scoring_process
-from dapo_rllib.problem_env import PROBLEM_CONFIG, ProblemEnv
 
 #: Value of the "dataset" config key that selects the built-in generator.
 ARITHMETIC_DATASET = "arithmetic"

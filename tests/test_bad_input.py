@@ -202,6 +202,7 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated_and_counted(tiny_mode
 def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path, monkeypatch, capsys):
     """`rllib evaluate` puts the runner's count in its JSON and prints it (no vLLM: a stand-in runner)."""
     import dapo_rllib.env_runner as env_runner
+    from dapo_rllib.contracts import EvalRecord
     from dapo_rllib.evaluate import evaluate
 
     fitted_prompt = env_runner.VLLMEnvRunner._fitted_prompt
@@ -214,14 +215,16 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
             from transformers import AutoTokenizer
 
             self.config, self.metrics = config, MetricsLogger()
-            self.tokenizer = AutoTokenizer.from_pretrained(str(config.model_path))
+            self.tokenizer = AutoTokenizer.from_pretrained(config.policy_model_path)
 
         def evaluate(self, *, num_samples, max_problems=None, progress=False):
             problems = load_math_dataset(self.config.eval_dataset)
             return [
-                {"problem_index": p.index, "data_source": p.data_source, "ground_truth": p.ground_truth, "acc": [False] * num_samples,
-                 "pred": [None] * num_samples, "length": [1] * num_samples, "truncated": [False] * num_samples, "timed_out": [False] * num_samples,
-                 "prompt_truncated": fitted_prompt(self, p.messages)[1]}
+                EvalRecord(
+                    problem_index=p.index, data_source=p.data_source, ground_truth=p.ground_truth, acc=[False] * num_samples,
+                    pred=[None] * num_samples, length=[1] * num_samples, truncated=[False] * num_samples,
+                    timed_out=[False] * num_samples, prompt_truncated=fitted_prompt(self, p.messages)[1],
+                )
                 for p in problems
             ]
 

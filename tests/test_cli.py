@@ -246,11 +246,11 @@ def test_data_convert_writes_dapo_rows_and_reports_drops(tmp_path):
 
 
 def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_path, tiny_model_path):
+    from ray.rllib.core.rl_module.rl_module import RLModule
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm import LLM, SamplingParams
 
     from dapo_rllib.checkpoints import policy_module_path
-    from ray.rllib.core.rl_module.rl_module import RLModule
 
     out_dir = tmp_path / "hf"
     run_ok("export", dapo_run["run_dir"] / "checkpoint_000002", out_dir, cwd=tmp_path)

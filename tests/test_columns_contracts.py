@@ -108,19 +108,6 @@ def test_an_eval_record_travels_by_pickle():
     assert pickle.loads(pickle.dumps(record)) == record
 
 
-def test_from_record_takes_a_record_or_its_dict():
-    fields = dict(
-        problem_index=1, data_source="aime", ground_truth="7", acc=[True], pred=["7"], length=[2], truncated=[False],
-        timed_out=[False], prompt_truncated=False,
-    )
-    record = EvalRecord(**fields)
-    assert EvalRecord.from_record(fields) == record
-    assert ProblemSamples.from_record(record) is record  # already one
-    assert ProblemSamples.from_record(fields) == ProblemSamples(
-        data_source="aime", acc=[True], pred=["7"], length=[2], truncated=[False], timed_out=[False]
-    )
-
-
 def test_every_sample_field_needs_one_value_per_sample():
     with pytest.raises(ValueError, match=r"non-zero number of values per sample field, got \{'acc': 2, 'pred': 1"):
         ProblemSamples(

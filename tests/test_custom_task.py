@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dapo_rllib.env_runner import build_env
-from envs import ProblemEnv
 from dapo_rllib.problem_env import PROBLEM_CONFIG
+from envs import ProblemEnv
 
 README = Path(__file__).parents[1] / "README.md"
 

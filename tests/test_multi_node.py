@@ -13,9 +13,9 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 from ray.rllib.algorithms.algorithm import Algorithm
+from test_dapo_integration import CHECKED, tiny_config, unpadded
 
 from dapo_rllib.columns import Metrics
-from test_dapo_integration import CHECKED, tiny_config, unpadded
 
 ROLLOUT, LEARNER = "rollout_node", "learner_node"
 OBJECT_STORE_BYTES = 400 * 2**20

@@ -13,13 +13,13 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 import shutil
 import socket
 import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path

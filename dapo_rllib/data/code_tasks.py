@@ -43,7 +43,6 @@ from typing import Any, NamedTuple, TypeAlias
 
 from dapo_rllib.data.datasets import merge_repeats, messages_key, parse_prompt, read_rows
 
-
 TASK_KINDS = ("assert", "stdio", "function")
 #: The row key that holds each kind's tests (and the key of :attr:`CodeTask.ground_truth`).
 ROW_KEY_BY_KIND = {"assert": "tests", "stdio": "stdio", "function": "function"}
