@@ -20,6 +20,7 @@ from typing import Any
 
 from ray import tune
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.tune.result import TRAINING_ITERATION
 
 from dapo_rllib.columns import Metrics, tag
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, evaluation_scalars, readable_scalars
@@ -106,7 +107,7 @@ def read_trial(trial_dir: Path, accuracy_tag: str) -> TrialCurves:
     curves = TrialCurves(params[STAGE_KEY], int(params["seed"]), [], {0: 0.0}, {name: [] for name in TRAIN_SERIES})
     for line in (trial_dir / "result.json").read_text().splitlines():
         result = json.loads(line)
-        iteration = result["training_iteration"]
+        iteration = result[TRAINING_ITERATION]
         scalars = readable_scalars(result)
         before = evaluation_scalars(result.get(EVAL_BEFORE_TRAINING))
         if accuracy_tag in before:

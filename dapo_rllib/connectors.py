@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import TIMERS
 
 from dapo_rllib import core_algos
@@ -42,6 +43,7 @@ class PadTokenBatch(ConnectorV2):
         self.pad_token_id = pad_token_id
         self.overlong_filtering = overlong_filtering
 
+    @override(ConnectorV2)
     def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
         episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
         prompts = [np.asarray(ep.get_observations(0), dtype=np.int64) for ep in episodes]
@@ -93,6 +95,7 @@ class GroupAdvantages(ConnectorV2):
         super().__init__(*args, **kwargs)
         self.estimator = core_algos.adv_estimator_fn(estimator)
 
+    @override(ConnectorV2)
     def __call__(self, *, rl_module, batch, episodes, **kwargs):
         episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
         scores = torch.tensor([ep.get_return() for ep in episodes], dtype=torch.float32)
@@ -117,6 +120,7 @@ class RecomputeOldLogProbs(ConnectorV2):
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
 
+    @override(ConnectorV2)
     def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
         module = rl_module[DEFAULT_MODULE_ID].unwrapped()
         data = batch[DEFAULT_MODULE_ID]

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from ray import tune
+from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     EPISODE_RETURN_MEAN,
@@ -65,5 +66,6 @@ def summary_line(result: dict) -> str:
 class IterationSummary(tune.Callback):
     """Prints `summary_line` for each reported result of each trial (Tune path)."""
 
+    @override(tune.Callback)
     def on_trial_result(self, iteration, trials, trial, result, **info):
         print(f"[{trial.trial_id}] {summary_line(result)}", flush=True)

@@ -31,6 +31,7 @@ from typing import Any, Iterator
 
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER, LR_KEY
+from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     EVALUATION_RESULTS,
@@ -133,15 +134,18 @@ class TensorBoardCallback(LoggerCallback):
     def __init__(self):
         self._writers: dict[Any, TensorBoardWriter] = {}
 
+    @override(LoggerCallback)
     def log_trial_start(self, trial) -> None:
         trial.init_local_path()
         self._writers[trial] = TensorBoardWriter(trial.local_path)
 
+    @override(LoggerCallback)
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         if trial not in self._writers:
             self.log_trial_start(trial)
         self._writers[trial].write(result)
 
+    @override(LoggerCallback)
     def log_trial_end(self, trial, failed: bool = False) -> None:
         writer = self._writers.pop(trial, None)
         if writer is not None:
