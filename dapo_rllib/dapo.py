@@ -37,7 +37,7 @@ from ray.rllib.utils.metrics import (
 from dapo_rllib.columns import Metrics
 from dapo_rllib.dapo_config import DAPOConfig
 from dapo_rllib.dynamic_sampling import GroupSampler
-from dapo_rllib.env_runner_group import on_env_runners, sample_on_env_runners, wait_for_env_runners
+from dapo_rllib.env_runner_group import bring_back_env_runners, on_env_runners, sample_on_env_runners
 from dapo_rllib.problem_env import DrawOrder
 from dapo_rllib.ray_private import count_restored_env_runners
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
@@ -153,16 +153,32 @@ class DAPO(Algorithm):
         )
 
     def _env_runners_in_service(self) -> list[int]:
+        """The env runners to sample on; when none is left, those `restore_env_runners` brings back."""
         group = self.env_runner_group
-        return wait_for_env_runners(group, lambda: self.restore_env_runners(group), self.config.env_runner_restore_timeout_s)
+        if not group.healthy_worker_ids():
+            self.restore_env_runners(group)
+        return list(group.healthy_worker_ids())
 
     @override(Algorithm)
     def restore_env_runners(self, env_runner_group) -> list[int]:
-        """RLlib's hook before each training step: bring restarted env runners back into service,
-        with the learner's current weights streamed in before they sample. (RLlib's own would
-        send the RL module's inference-only state, which holds no weights for vLLM engines; the
-        draw order needs no restoring.)"""
-        restored = env_runner_group.probe_unhealthy_env_runners()
+        """RLlib's hook before each training step: every env runner in service, with the
+        learner's current weights, before the step samples.
+
+        With `restart_failed_env_runners`, a runner that died (found by a ping, or earlier by a
+        failed call) is waited for until Ray has restarted it, for up to
+        `env_runner_restore_timeout_s` (see `env_runner_group.bring_back_env_runners`); then the
+        learner's weights are streamed into it. (RLlib's own restore would send the RL module's
+        inference-only state, which holds no weights for vLLM engines; the draw order needs no
+        restoring.)"""
+        cfg = self.config
+        if cfg.restart_failed_env_runners:
+            restored = bring_back_env_runners(
+                env_runner_group,
+                probe_timeout_s=cfg.env_runner_health_probe_timeout_s,
+                restore_timeout_s=cfg.env_runner_restore_timeout_s,
+            )
+        else:
+            restored = env_runner_group.probe_unhealthy_env_runners()
         if restored:
             count_restored_env_runners(self, len(restored))
             self.sync_weights_to_env_runners(restored, group=env_runner_group)

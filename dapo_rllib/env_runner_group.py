@@ -7,7 +7,7 @@ answer from each runner it asked or raises naming the ones that did not answer.
 
 Sampling (`sample_on_env_runners`) goes further when `restart_failed_env_runners` is on: the
 share of a runner that died is sampled again on the runners still in service, so a step loses
-no group and counts none twice.
+no group and counts none twice; `bring_back_env_runners` waits for the runner Ray restarts.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from dapo_rllib.columns import Metrics
 # Tries of a generation round's share before a failing env runner stops the run: a runner that
 # raises dies and comes back (RLlib), so a share that kills every runner would loop for ever.
 SAMPLE_ATTEMPTS = 3
+# Seconds between health probes while waiting for a restarted env runner.
+RESTORE_POLL_S = 1.0
 
 
 def on_env_runners(group, func, env_runner_ids: list[int] | None = None) -> list:
@@ -83,16 +85,38 @@ def sample_on_env_runners(
         )
 
 
-def wait_for_env_runners(group, restore: Callable[[], Any], timeout_s: float) -> list[int]:
-    """The remote env runners in service; when none is, `restore()` (RLlib's restart of failed
-    runners) until one is, for up to `timeout_s` seconds."""
-    deadline = time.monotonic() + timeout_s
-    while not (ids := list(group.healthy_worker_ids())):
+def bring_back_env_runners(group, *, probe_timeout_s: float, restore_timeout_s: float) -> list[int]:
+    """Ids of the remote env runners brought back into service (marked healthy) by this call,
+    once every runner of `group` is in service again; raises after `restore_timeout_s` seconds.
+
+    Ray restarts a dead runner's actor at once (`max_restarts`), but its constructor starts a
+    vLLM engine, which takes tens of seconds, and until it has, a call to the actor fails within
+    about 2 s ("The actor is restarting") instead of waiting: RLlib's health probe, made once
+    before each training step, fails every time for as many steps as the restart takes. Hence
+    the wait here. First every runner in service is pinged, so that one that died since its last
+    call (between steps) is found now, not by the step's sampling.
+    """
+    if group.num_remote_env_runners() == 0:
+        return []
+    group.foreach_env_runner(_ping, local_env_runner=False, timeout_seconds=probe_timeout_s)
+    restored: set[int] = set()
+    deadline, waiting_since = time.monotonic() + restore_timeout_s, None
+    while True:
+        restored.update(group.probe_unhealthy_env_runners(timeout_seconds=probe_timeout_s))
+        # RLlib numbers remote env runners 1..n in the order it made them.
+        missing = sorted(set(range(1, group.num_remote_env_runners() + 1)) - set(group.healthy_worker_ids()))
+        if not missing:
+            if waiting_since is not None:
+                waited = time.monotonic() - waiting_since
+                print(f"[DAPO] env runner(s) {sorted(restored)} back after {waited:.1f} s", flush=True)
+            return sorted(restored)
         if time.monotonic() > deadline:
-            raise RuntimeError(f"no env runner came back within env_runner_restore_timeout_s={timeout_s}")
-        print("[DAPO] waiting for a restarted env runner ...", flush=True)
-        restore()
-    return ids
+            timeout = f"env_runner_restore_timeout_s={restore_timeout_s}"
+            raise RuntimeError(f"env runner(s) {missing} did not come back within {timeout}")
+        if waiting_since is None:
+            waiting_since = time.monotonic()
+            print(f"[DAPO] waiting for env runner(s) {missing} to restart (a new vLLM engine) ...", flush=True)
+        time.sleep(RESTORE_POLL_S)
 
 
 def lost_env_runners_error(missing: list[int]) -> RuntimeError:
@@ -119,6 +143,10 @@ def _answers(group, func, env_runner_ids: list[int]) -> tuple[dict[int, Any], li
 
 def _with_index(func, env_runner):
     return env_runner.worker_index, func(env_runner)
+
+
+def _ping(env_runner) -> bool:
+    return True
 
 
 def _sample_and_report(env_runner, requests: list[tuple[int, int]]):

@@ -1,6 +1,7 @@
 """A killed env runner, through RLlib's loop: with restarts allowed it costs nothing (the step
 completes with all its groups, each sampled once, the replacement gets the current weights and
-the data continues where it was); without, the run stops with the runner's name."""
+the data continues where it was; one killed between steps is back, with the current weights,
+after the next step); without, the run stops with the runner's name."""
 
 import collections
 import os
@@ -54,52 +55,97 @@ def stalling_config(tiny_model_path, log_dir: Path, *, restart: bool):
     config = config.environment(StallingMathEnv, env_config=env_config)
     # Half a CPU each: the session has two, and a restarted runner must find room.
     config = config.env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5)
-    # RLlib restarts a dead runner at once; the probe waits for its vLLM engine to start.
+    # Ray restarts a dead runner at once; DAPO waits (up to the restore timeout) for its new
+    # vLLM engine before the next step samples.
     return config.fault_tolerance(
-        restart_failed_env_runners=restart, delay_between_env_runner_restarts_s=0.0, env_runner_health_probe_timeout_s=120
+        restart_failed_env_runners=restart,
+        delay_between_env_runner_restarts_s=0.0,
+        env_runner_restore_timeout_s=KILL_WAIT_S,
     )
 
 
-def test_a_killed_env_runner_is_replaced_and_the_step_loses_nothing(ray_session, tiny_model_path, tmp_path):
-    algo = stalling_config(tiny_model_path, tmp_path, restart=True).build_algo()
-    try:
-        killer = kill_victim_when_it_stalls(tmp_path)
-        first = algo.train()
-        killer.join()
-        victim = int((tmp_path / "victim").read_text())
+@pytest.fixture(scope="module")
+def restarting(ray_session, tiny_model_path, tmp_path_factory):
+    """(algorithm with restarts, its env's log directory), shared by the tests that kill a runner."""
+    log_dir = tmp_path_factory.mktemp("fault_tolerance")
+    algo = stalling_config(tiny_model_path, log_dir, restart=True).build_algo()
+    yield algo, log_dir
+    algo.stop()
 
-        # The step completed with all its groups: the victim's share was sampled again.
-        rollout = first[Metrics.ROLLOUT]
-        assert rollout[Metrics.ENV_RUNNERS_LOST] == 1
-        assert rollout[Metrics.GROUPS_GENERATED] == rollout[Metrics.GROUPS_KEPT] == TRAIN_PROMPTS
-        assert first["env_runners"]["num_env_steps_sampled"] == TRAIN_PROMPTS * algo.config.group_size
-        scored = scored_by_process(tmp_path)
-        survivors = [index for pid, indices in scored.items() if pid != victim for index in indices]
-        assert sorted(survivors) == sorted(set(survivors)), "a problem was sampled twice"
-        assert set(scored[victim]) <= set(survivors), "the dead runner's share was not sampled again"
-        assert len(survivors) == TRAIN_PROMPTS
 
-        # RLlib restarted it; before it samples, it holds the learner's current weights.
-        deadline = time.monotonic() + KILL_WAIT_S
-        while 2 not in algo.env_runner_group.healthy_worker_ids():
-            assert time.monotonic() < deadline, "env runner 2 did not come back"
-            algo.restore_env_runners(algo.env_runner_group)
-        engine = algo.env_runner_group.foreach_env_runner(lambda er: er.engine_parameters(CHECKED), local_env_runner=False, remote_worker_ids=[2])[0]
-        learner = hf_weights({f"model.{k}": v for k, v in learner_weights(algo).items()})
-        for name in CHECKED:
-            np.testing.assert_allclose(unpadded(engine[name], learner[name]), learner[name], rtol=0, atol=1e-6, err_msg=name)
+def runner_pids(algo) -> dict[int, int]:
+    """{env runner index: pid} of the runners in service."""
+    pids = algo.env_runner_group.foreach_env_runner(lambda er: (er.worker_index, os.getpid()), local_env_runner=False)
+    return dict(pids)
 
-        # The next step uses both runners and continues the epoch: no problem comes twice.
-        second = algo.train()
-        assert second[Metrics.ROLLOUT][Metrics.ENV_RUNNERS_LOST] == 0
-        pids_of_step_one = set(scored)
-        scored = scored_by_process(tmp_path)
-        assert set(scored) - pids_of_step_one, "the replacement env runner did not sample"
-        everything = [index for pid, indices in scored.items() if pid != victim for index in indices]
-        assert len(everything) == 2 * TRAIN_PROMPTS
-        assert len(set(everything)) == 2 * TRAIN_PROMPTS, "a problem came twice within the epoch"
-    finally:
-        algo.stop()
+
+def assert_engine_holds_learner_weights(algo, env_runner_index: int) -> None:
+    (engine,) = algo.env_runner_group.foreach_env_runner(
+        lambda er: er.engine_parameters(CHECKED), local_env_runner=False, remote_worker_ids=[env_runner_index]
+    )
+    learner = hf_weights({f"model.{k}": v for k, v in learner_weights(algo).items()})
+    for name in CHECKED:
+        engine_param = unpadded(engine[name], learner[name])
+        np.testing.assert_allclose(engine_param, learner[name], rtol=0, atol=1e-6, err_msg=name)
+
+
+def test_a_killed_env_runner_is_replaced_and_the_step_loses_nothing(restarting):
+    algo, log_dir = restarting
+    killer = kill_victim_when_it_stalls(log_dir)
+    first = algo.train()
+    killer.join()
+    victim = int((log_dir / "victim").read_text())
+
+    # The step completed with all its groups: the victim's share was sampled again.
+    rollout = first[Metrics.ROLLOUT]
+    assert rollout[Metrics.ENV_RUNNERS_LOST] == 1
+    assert rollout[Metrics.GROUPS_GENERATED] == rollout[Metrics.GROUPS_KEPT] == TRAIN_PROMPTS
+    assert first["env_runners"]["num_env_steps_sampled"] == TRAIN_PROMPTS * algo.config.group_size
+    scored = scored_by_process(log_dir)
+    survivors = [index for pid, indices in scored.items() if pid != victim for index in indices]
+    assert sorted(survivors) == sorted(set(survivors)), "a problem was sampled twice"
+    assert set(scored[victim]) <= set(survivors), "the dead runner's share was not sampled again"
+    assert len(survivors) == TRAIN_PROMPTS
+
+    # Ray restarted it; RLlib's hook before each step (restore_env_runners) waits for it and
+    # streams in the learner's current weights before it samples.
+    assert algo.restore_env_runners(algo.env_runner_group) == [2]
+    assert sorted(algo.env_runner_group.healthy_worker_ids()) == [1, 2]
+    assert_engine_holds_learner_weights(algo, 2)
+
+    # The next step uses both runners and continues the epoch: no problem comes twice.
+    second = algo.train()
+    assert second[Metrics.ROLLOUT][Metrics.ENV_RUNNERS_LOST] == 0
+    pids_of_step_one = set(scored)
+    scored = scored_by_process(log_dir)
+    assert set(scored) - pids_of_step_one, "the replacement env runner did not sample"
+    everything = [index for pid, indices in scored.items() if pid != victim for index in indices]
+    assert len(everything) == 2 * TRAIN_PROMPTS
+    assert len(set(everything)) == 2 * TRAIN_PROMPTS, "a problem came twice within the epoch"
+
+
+def test_an_env_runner_killed_between_steps_is_back_after_the_next_step(restarting):
+    """Issue 21: SIGKILL a runner after a step; after the next `train()` both runners are in
+    service again, one of them a new process that sampled in that step and holds the learner's
+    current weights."""
+    algo, log_dir = restarting
+    (log_dir / "victim").touch()  # no stalling runner here (after the test above, there is none)
+    algo.train()
+    before = runner_pids(algo)
+    assert sorted(before) == [1, 2]
+    os.kill(before[1], signal.SIGKILL)
+
+    result = algo.train()
+
+    after = runner_pids(algo)
+    assert sorted(algo.env_runner_group.healthy_worker_ids()) == [1, 2]
+    assert after[2] == before[2] and after[1] != before[1], (before, after)
+    # Found dead and waited for before the step sampled: nothing to sample again, all groups.
+    rollout = result[Metrics.ROLLOUT]
+    assert rollout[Metrics.ENV_RUNNERS_LOST] == 0
+    assert rollout[Metrics.GROUPS_GENERATED] == rollout[Metrics.GROUPS_KEPT] == TRAIN_PROMPTS
+    assert scored_by_process(log_dir)[after[1]], "the new env runner did not sample in the step"
+    assert_engine_holds_learner_weights(algo, 1)
 
 
 def test_without_restarts_a_killed_env_runner_stops_the_run_with_its_name(ray_session, tiny_model_path, tmp_path):
