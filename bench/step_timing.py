@@ -59,11 +59,11 @@ def bare_generate(env_runner, num_prompts: int) -> tuple[int, float, int]:
     from vllm.inputs import TokensPrompt
 
     from dapo_rllib.data.prompts import render_prompt_ids
-    from dapo_rllib.env_runner import make_env
+    from dapo_rllib.problem_env import build_env
 
     cfg, llm = env_runner.config, env_runner.llm
     if not hasattr(env_runner, "bench_env"):
-        env_runner.bench_env = make_env(cfg.env, cfg.env_config, env_runner.worker_index, env_runner.num_workers)
+        env_runner.bench_env = build_env(cfg.env, cfg.env_config, env_runner.worker_index, env_runner.num_workers)
     tokenizer = llm.get_tokenizer()
     prompts = [TokensPrompt(prompt_token_ids=render_prompt_ids(tokenizer, p.messages)[-cfg.max_prompt_length :]) for p in env_runner.bench_env.draw(num_prompts)]
     params = SamplingParams(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_length)

@@ -27,7 +27,6 @@ import ray
 import torch
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SPACES
-from ray.rllib.env.env_context import EnvContext
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
@@ -46,12 +45,10 @@ from dapo_rllib import core_algos
 from dapo_rllib.columns import Extras, Info, Metrics
 from dapo_rllib.contracts import EvalRecord, ScoreInfo
 from dapo_rllib.data.prompts import render_prompt_ids
-from dapo_rllib.problem_env import ProblemEnv
-from dapo_rllib.ray_private import registered_env_creator
+from dapo_rllib.problem_env import build_env
 from dapo_rllib.rl_module import hf_weights
 from dapo_rllib.vllm_engine import (
     EngineWeights,
-    backend_tokenizer,
     build_vllm_engine,
     decode_completions,
     request_seed,
@@ -65,31 +62,6 @@ TRAIN_STREAM = 0
 EVAL_STREAM = 1
 # Samples per scoring call during validation (see VLLMEnvRunner.evaluate).
 EVAL_SCORING_CHUNK_SAMPLES = 256
-
-
-def build_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> ProblemEnv:
-    """Build the environment named in `config.environment(...)`: a registered name or a class.
-
-    It must be a `ProblemEnv`: the runner draws problems from it and scores whole rounds with it.
-    """
-    ctx = EnvContext(env_config or {}, worker_index=worker_index, num_workers=num_workers)
-    creator = registered_env_creator(env_spec) if isinstance(env_spec, str) else None
-    if creator is not None:
-        env = creator(ctx)
-    elif isinstance(env_spec, type) and issubclass(env_spec, gym.Env):
-        env = env_spec(ctx)
-    else:
-        raise ValueError(
-            f"environment {env_spec!r} is neither a name registered with ray.tune.register_env nor a "
-            "gymnasium.Env subclass; `import dapo_rllib` registers 'dapo_math' and 'dapo_code'"
-        )
-    if not isinstance(env, ProblemEnv):
-        raise TypeError(
-            f"environment {env_spec!r} built a {type(env).__name__}; VLLMEnvRunner needs an "
-            "dapo_rllib.problem_env.ProblemEnv subclass (it draws problems and scores completions: see the README's "
-            "'Your own task type')"
-        )
-    return env
 
 
 class VLLMEnvRunner(EnvRunner, Checkpointable):
@@ -149,11 +121,6 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         limit = self.config.max_prompt_length
         return list(ids[-limit:]), len(ids) > limit
 
-    def _sampling_params(self, *, n: int, explore: bool, seeds: list[int]) -> list:
-        # Training samples get their text from `decode_completions` where it can decode them.
-        detokenize = not (explore and backend_tokenizer(self.tokenizer) is not None)
-        return sampling_params(self.config, n=n, explore=explore, seeds=seeds, detokenize=detokenize)
-
     def _generate(self, prompt_ids: list[list[int]], params, progress: bool = False):
         from vllm.inputs import TokensPrompt
 
@@ -177,16 +144,17 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         group_ids = [group_id for _, group_id in requests]
         prompt_ids = [self._prompt_ids(problem.messages) for problem in problems]
         seeds = [request_seed(cfg.seed, TRAIN_STREAM, group_id) for group_id in group_ids]
-        outputs = self._generate(prompt_ids, self._sampling_params(n=cfg.group_size, explore=explore, seeds=seeds))
+        outputs = self._generate(prompt_ids, sampling_params(cfg, self.tokenizer, n=cfg.group_size, explore=explore, seeds=seeds))
 
         start = time.perf_counter()
         episodes = []
         repeated = [problem for problem, out in zip(problems, outputs) for _ in out.outputs]
         texts = [text for ids, out in zip(prompt_ids, outputs) for text in decode_completions(self.tokenizer, ids, out.outputs)]
         infos = iter(self.env.score_many(repeated, texts))
+        penalties = iter(self._overlong_penalties([len(c.token_ids) for out in outputs for c in out.outputs]))
         for ids, out, group_id in zip(prompt_ids, outputs, group_ids):
             for completion in out.outputs:
-                episodes.append(self._episode(ids, completion, group_id, next(infos)))
+                episodes.append(self._episode(ids, completion, group_id, next(infos), next(penalties)))
         self.last_sample_timing[Metrics.SCORING_S] = time.perf_counter() - start
 
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED, len(episodes), reduce="sum")
@@ -196,20 +164,20 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
         return episodes
 
-    def _episode(self, prompt_ids, completion, group_id: int, info: ScoreInfo) -> SingleAgentEpisode:
+    def _overlong_penalties(self, lengths: list[int]) -> list[float]:
+        """The soft overlong punishment of responses of these lengths (0 with overlong_buffer_len=0)."""
         cfg = self.config
+        penalties = core_algos.overlong_penalty(
+            lengths,
+            max_response_length=cfg.max_response_length,
+            overlong_buffer_len=cfg.overlong_buffer_len,
+            penalty_factor=cfg.overlong_penalty_factor,
+        )
+        return penalties.tolist()
+
+    def _episode(self, prompt_ids, completion, group_id: int, info: ScoreInfo, penalty: float) -> SingleAgentEpisode:
         response = np.asarray(completion.token_ids, dtype=np.int64)
         truncated = completion.finish_reason == "length"
-        penalty = 0.0
-        if cfg.overlong_buffer_len > 0:
-            penalty = float(
-                core_algos.overlong_penalty(
-                    torch.tensor([len(response)]),
-                    max_response_length=cfg.max_response_length,
-                    overlong_buffer_len=cfg.overlong_buffer_len,
-                    penalty_factor=cfg.overlong_penalty_factor,
-                )[0]
-            )
         rollout_logp = np.asarray(completion.logprobs.logprobs, dtype=np.float32)
         if rollout_logp.shape != response.shape:
             raise RuntimeError(f"vLLM returned {rollout_logp.shape[0]} log-probs for {len(response)} sampled tokens")
@@ -260,7 +228,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         fitted = {i: self._fitted_prompt(env.problem(i).messages) for i in mine}
         prompts = [fitted[i][0] for i in mine]
         seeds = [request_seed(self.config.seed, EVAL_STREAM, i) for i in mine]
-        params = self._sampling_params(n=num_samples, explore=False, seeds=seeds)
+        params = sampling_params(self.config, self.tokenizer, n=num_samples, explore=False, seeds=seeds)
         outputs = self._generate(prompts, params, progress=progress)
         scoring = tqdm(total=len(mine) * num_samples, desc="scoring", unit="sample", disable=not progress)
         # Scored a chunk of problems at a time: enough samples to keep a parallel scorer (the
@@ -270,7 +238,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         records = []
         for start in range(0, len(pairs), per_chunk):
             chunk = pairs[start : start + per_chunk]
-            # Evaluation samples are detokenized by vLLM (`_sampling_params`).
+            # Evaluation samples are detokenized by vLLM (`sampling_params`).
             problems = [env.problem(i) for i, out in chunk for _ in out.outputs]
             infos = iter(env.score_many(problems, [c.text for _, out in chunk for c in out.outputs]))
             for i, out in chunk:

@@ -276,6 +276,35 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         return self._load_file(dataset)
 
 
+def build_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> ProblemEnv:
+    """Build the environment named in `config.environment(...)`: a registered name or a class.
+
+    It must be a `ProblemEnv`: the runner draws problems from it and scores whole rounds with it.
+    """
+    from ray.rllib.env.env_context import EnvContext
+
+    from dapo_rllib.ray_private import registered_env_creator
+
+    ctx = EnvContext(env_config or {}, worker_index=worker_index, num_workers=num_workers)
+    creator = registered_env_creator(env_spec) if isinstance(env_spec, str) else None
+    if creator is not None:
+        env = creator(ctx)
+    elif isinstance(env_spec, type) and issubclass(env_spec, gymnasium.Env):
+        env = env_spec(ctx)
+    else:
+        raise ValueError(
+            f"environment {env_spec!r} is neither a name registered with ray.tune.register_env nor a "
+            "gymnasium.Env subclass; `import dapo_rllib` registers 'dapo_math' and 'dapo_code'"
+        )
+    if not isinstance(env, ProblemEnv):
+        raise TypeError(
+            f"environment {env_spec!r} built a {type(env).__name__}; VLLMEnvRunner needs a "
+            "dapo_rllib.problem_env.ProblemEnv subclass (it draws problems and scores completions: see the README's "
+            "'Your own task type')"
+        )
+    return env
+
+
 class DrawOrder:
     """Which problem comes next: each epoch a seeded permutation of the problem indices (or
     the dataset order), visited once.

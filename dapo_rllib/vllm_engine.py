@@ -46,7 +46,7 @@ def build_vllm_engine(config, seed: int):
     return LLM(**kwargs)
 
 
-def sampling_params(config, *, n: int, explore: bool, seeds: list[int], detokenize: bool) -> list:
+def sampling_params(config, tokenizer, *, n: int, explore: bool, seeds: list[int]) -> list:
     """One SamplingParams per prompt, each with its own seed.
 
     Per-request seeds make a group's completions a function of (weights, seed, prompt) only, so
@@ -54,11 +54,14 @@ def sampling_params(config, *, n: int, explore: bool, seeds: list[int], detokeni
     whatever else the engine generated in between. Training samples (`explore`) use the
     rollout temperature and top_p and carry the sampled tokens' log-probs (flat: a few lists per
     completion, not a dict per token); evaluation samples use the evaluation settings.
-    `detokenize=False` leaves the text to `decode_completions`: vLLM's detokenizer would also
-    decode every sampled token for its log-prob entry, which nothing here reads and which costs
-    ~10% of the generation throughput on the tiny example.
+    Training samples leave their text to `decode_completions` where the tokenizer has a Rust
+    backend: vLLM's detokenizer would also decode every sampled token for its log-prob entry,
+    which nothing here reads and which costs ~10% of the generation throughput on the tiny
+    example.
     """
     from vllm import SamplingParams
+
+    detokenize = not (explore and backend_tokenizer(tokenizer) is not None)
 
     return [
         SamplingParams(

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dapo_rllib.env_runner import build_env
-from dapo_rllib.problem_env import PROBLEM_CONFIG
+from dapo_rllib.problem_env import PROBLEM_CONFIG, build_env
 from envs import ProblemEnv
 
 README = Path(__file__).parents[1] / "README.md"
@@ -126,5 +125,5 @@ def test_a_rating_without_score_acc_pred_is_an_error(rating, shown):
 def test_an_env_without_the_task_api_is_refused_by_name():
     from gymnasium.envs.classic_control import CartPoleEnv
 
-    with pytest.raises(TypeError, match=r"built a CartPoleEnv; VLLMEnvRunner needs an? dapo_rllib\.problem_env\.ProblemEnv subclass"):
+    with pytest.raises(TypeError, match=r"built a CartPoleEnv; VLLMEnvRunner needs a dapo_rllib\.problem_env\.ProblemEnv subclass"):
         build_env(CartPoleEnv, {}, worker_index=1, num_workers=1)
