@@ -39,7 +39,7 @@ HOSTILE = {
     "setsid daemon": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\nos._exit(0)\n",
     "temp files": "import os, tempfile\nfor i in range(50):\n    tempfile.mkstemp(dir='/tmp')\nopen('/tmp/left-behind', 'w').write('x' * 100000)\n",
     "descriptor leak": "import os\nfds = [os.pipe() for _ in range(100)]\nimport time\ntime.sleep(0.2)\n",
-    "forged answers": "import os\nfor i in range(8):\n    os.write(3, b'{\"call\": %d, \"value\": 0}\\n' % i)\nos._exit(0)\n",
+    "forged answers": 'import os\nfor i in range(8):\n    os.write(3, b\'{"call": %d, "value": 0}\\n\' % i)\nos._exit(0)\n',
 }
 
 
@@ -80,7 +80,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, default=1200)
     parser.add_argument("--round", type=int, default=96, help="programs per score_many call")
-    parser.add_argument("--smoke", action="store_true", help="60 programs, no results file (CI: the benchmark still runs)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="60 programs, no results file (CI: the benchmark still runs)"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.programs, args.round = 60, 30
@@ -99,7 +101,10 @@ def main() -> None:
 
     env.score_many([jobs[0][0]], [jobs[0][1]])  # the sandbox's start-up check, outside the figures
     fds_before, temp_before = open_fds(), set(os.listdir(tempfile.gettempdir()))
-    print(f"{args.programs} programs ({args.programs // 3} hostile), {os.cpu_count()} CPUs, sandbox: {env.sandbox_isolation['mode']}", flush=True)
+    print(
+        f"{args.programs} programs ({args.programs // 3} hostile), {os.cpu_count()} CPUs, sandbox: {env.sandbox_isolation['mode']}",
+        flush=True,
+    )
     outcomes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     start = time.perf_counter()
     for first in range(0, len(jobs), args.round):

@@ -57,19 +57,43 @@ class Workload:
     gradient_checkpointing: bool
 
 
-QWEN2_5_0_5B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936)
+QWEN2_5_0_5B = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    vocab_size=151936,
+)
 WORKLOADS = {
     # A 25M-parameter Qwen2 with the tiny vocabulary: 16 prompts x 8 x up to 256 tokens.
     "25m": Workload(
-        dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2),
-        prompts=16, group_size=8, max_response_length=256, max_tokens_per_micro_batch=4096, gradient_checkpointing=False,
+        dict(
+            hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2
+        ),
+        prompts=16,
+        group_size=8,
+        max_response_length=256,
+        max_tokens_per_micro_batch=4096,
+        gradient_checkpointing=False,
     ),
     # Qwen2.5-0.5B's shape: 494M parameters, the real vocabulary. 4 prompts x 4 x 64 tokens.
-    "qwen2.5-0.5b-shape": Workload(QWEN2_5_0_5B, prompts=4, group_size=4, max_response_length=64, max_tokens_per_micro_batch=1024, gradient_checkpointing=True),
+    "qwen2.5-0.5b-shape": Workload(
+        QWEN2_5_0_5B,
+        prompts=4,
+        group_size=4,
+        max_response_length=64,
+        max_tokens_per_micro_batch=1024,
+        gradient_checkpointing=True,
+    ),
 }
 SMOKE = Workload(
     dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
-    prompts=2, group_size=4, max_response_length=32, max_tokens_per_micro_batch=256, gradient_checkpointing=True,
+    prompts=2,
+    group_size=4,
+    max_response_length=32,
+    max_tokens_per_micro_batch=256,
+    gradient_checkpointing=True,
 )
 PHASES = {
     "generation_s": Metrics.GENERATION_S,
@@ -144,7 +168,9 @@ def config_for(workload: Workload, model_path: Path, async_rollout: bool = False
     )
 
 
-def bare_step_s(model_path: Path, sequences: list[tuple[list[int], list[int]]], max_tokens: int, gradient_checkpointing: bool) -> float:
+def bare_step_s(
+    model_path: Path, sequences: list[tuple[list[int], list[int]]], max_tokens: int, gradient_checkpointing: bool
+) -> float:
     """A bare PyTorch step over the learner's micro-batches: forward, the sampled tokens'
     log-probs (logsumexp and gather), backward, AdamW. No RLlib, no connectors, no metrics."""
     from transformers import AutoModelForCausalLM
@@ -154,7 +180,9 @@ def bare_step_s(model_path: Path, sequences: list[tuple[list[int], list[int]]], 
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    plan = plan_micro_batches(torch.tensor([len(p) for p, _ in sequences]), torch.tensor([len(r) for _, r in sequences]), max_tokens)
+    plan = plan_micro_batches(
+        torch.tensor([len(p) for p, _ in sequences]), torch.tensor([len(r) for _, r in sequences]), max_tokens
+    )
     num_tokens = sum(len(r) for _, r in sequences)
     start = time.perf_counter()
     for micro_batch in plan:
@@ -165,7 +193,17 @@ def bare_step_s(model_path: Path, sequences: list[tuple[list[int], list[int]]], 
         for j, (p, r) in enumerate(rows):
             ids[j, width_p - len(p) : width_p + len(r)] = torch.tensor(p + r)
             mask[j, width_p - len(p) : width_p + len(r)] = 1
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), logits_to_keep=width_r + 1, use_cache=False).logits[:, :-1].float()
+        logits = (
+            model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                logits_to_keep=width_r + 1,
+                use_cache=False,
+            )
+            .logits[:, :-1]
+            .float()
+        )
         response = ids[:, width_p:]
         logp = logits.gather(-1, response.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
         (-(logp * mask[:, width_p:]).sum() / num_tokens).backward()
@@ -180,7 +218,9 @@ def train_steps(algo, name: str, steps: int) -> dict:
     for step in range(1, steps + 1):
         start = time.perf_counter()
         scalars = readable_scalars(algo.train())
-        row = {"step_s": time.perf_counter() - start} | {key: scalars.get(tag(Metrics.TIMING, metric), 0.0) for key, metric in PHASES.items()}
+        row = {"step_s": time.perf_counter() - start} | {
+            key: scalars.get(tag(Metrics.TIMING, metric), 0.0) for key, metric in PHASES.items()
+        }
         row["padding_fraction"] = scalars[tag(Metrics.LEARNER, Metrics.PADDING_FRACTION)]
         for metric in (Metrics.ROLLOUT_LOGP_ABS_DIFF, Metrics.ROLLOUT_LOGP_ABS_DIFF_MAX):
             row[metric] = scalars[tag(Metrics.LEARNER, metric)]
@@ -208,9 +248,17 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
 
     # One more batch, timed as a learner update and as a bare PyTorch step on the same sequences.
     batch = [(problem, 10**6 + problem) for problem in range(workload.prompts)]  # (problem index, group id)
-    episodes = [ep for shard in algo.env_runner_group.foreach_env_runner(lambda r: r.sample(requests=batch), local_env_runner=False) for ep in shard]
+    episodes = [
+        ep
+        for shard in algo.env_runner_group.foreach_env_runner(
+            lambda r: r.sample(requests=batch), local_env_runner=False
+        )
+        for ep in shard
+    ]
     start = time.perf_counter()
-    algo.learner_group.update(episodes=episodes, minibatch_size=len(episodes), num_epochs=1, shuffle_batch_per_epoch=False, timesteps={})
+    algo.learner_group.update(
+        episodes=episodes, minibatch_size=len(episodes), num_epochs=1, shuffle_batch_per_epoch=False, timesteps={}
+    )
     update_s = time.perf_counter() - start
     peak_env_runner = max(algo.env_runner_group.foreach_env_runner(lambda r: peak_rss_gb(), local_env_runner=False))
     peak_learner = peak_rss_gb()
@@ -223,7 +271,9 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
-        num_parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path)).parameters())
+        num_parameters = sum(
+            p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path)).parameters()
+        )
     return {
         "workload": name,
         "num_parameters": num_parameters,
@@ -258,7 +308,10 @@ def main() -> None:
         runs = {"smoke": (SMOKE, 1)}
     else:
         runs = {name: (w, args.steps) for name, w in WORKLOADS.items() if args.workload in (name, "all")}
-    models = {name: build_random_model(default_cache_dir() / f"random-qwen2-{name}", w.shape, ensure_tiny_model()) for name, (w, _) in runs.items()}
+    models = {
+        name: build_random_model(default_cache_dir() / f"random-qwen2-{name}", w.shape, ensure_tiny_model())
+        for name, (w, _) in runs.items()
+    }
     # A cluster of its own (address="local"), not one another job on this machine started.
     ray.init(address="local", num_cpus=2, include_dashboard=False)
     if args.async_only:

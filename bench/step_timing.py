@@ -65,8 +65,13 @@ def bare_generate(env_runner, num_prompts: int) -> tuple[int, float, int]:
     if not hasattr(env_runner, "bench_env"):
         env_runner.bench_env = build_env(cfg.env, cfg.env_config, env_runner.worker_index, env_runner.num_workers)
     tokenizer = llm.get_tokenizer()
-    prompts = [TokensPrompt(prompt_token_ids=render_prompt_ids(tokenizer, p.messages)[-cfg.max_prompt_length :]) for p in env_runner.bench_env.draw(num_prompts)]
-    params = SamplingParams(n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_length)
+    prompts = [
+        TokensPrompt(prompt_token_ids=render_prompt_ids(tokenizer, p.messages)[-cfg.max_prompt_length :])
+        for p in env_runner.bench_env.draw(num_prompts)
+    ]
+    params = SamplingParams(
+        n=cfg.group_size, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_response_length
+    )
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     elapsed = time.perf_counter() - start
@@ -95,7 +100,11 @@ def main() -> None:
     remote = args.num_env_runners > 0
     bare = partial(bare_generate, num_prompts=config.gen_batch_size_prompts)
     runner_tps, runner_s, bare_tps, bare_s = [], [], [], []
-    print(f"{'step':>4} {'total':>7} " + " ".join(f"{h:>9}" for h, _ in COLUMNS) + f" {'rounds':>6} {'gen tok/s':>10} {'bare tok/s':>10} {'ratio':>5}")
+    print(
+        f"{'step':>4} {'total':>7} "
+        + " ".join(f"{h:>9}" for h, _ in COLUMNS)
+        + f" {'rounds':>6} {'gen tok/s':>10} {'bare tok/s':>10} {'ratio':>5}"
+    )
     for step in range(1, steps + 1):
         # Before the step, with the weights its generation will use; on the first env runner
         # (the comparison is per engine).
@@ -121,10 +130,14 @@ def main() -> None:
         return float(np.dot(tps[first:], seconds[first:]) / np.sum(seconds[first:]))
 
     runner_total, bare_total = total(runner_tps, runner_s), total(bare_tps, bare_s)
-    print(f"generation tokens/s over steps {first + 1}-{steps}: same engine, weights, prompts, sampling settings and torch threads ({threads})")
+    print(
+        f"generation tokens/s over steps {first + 1}-{steps}: same engine, weights, prompts, sampling settings and torch threads ({threads})"
+    )
     print(f"  env runner        {runner_total:7.0f}")
     print(f"  bare vLLM engine  {bare_total:7.0f}")
-    print(f"  ratio env runner / bare: {runner_total / bare_total:.2f} (median of the steps' ratios {np.median(np.divide(runner_tps, bare_tps)[first:]):.2f})")
+    print(
+        f"  ratio env runner / bare: {runner_total / bare_total:.2f} (median of the steps' ratios {np.median(np.divide(runner_tps, bare_tps)[first:]):.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -156,7 +156,9 @@ class Learner:
     def open_store(self) -> int:
         import torch.distributed as dist
 
-        self.store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=120))
+        self.store = dist.TCPStore(
+            "127.0.0.1", 0, 2, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=120)
+        )
         return self.store.port
 
     def join_group(self) -> None:
@@ -264,31 +266,55 @@ class Engine:
         self.done = now()
 
 
-def sync_once(transport: str, learner, engine, buckets: list[list[str]], in_flight: int, total_bytes: int, expected: dict[str, int]) -> dict:
+def sync_once(
+    transport: str,
+    learner,
+    engine,
+    buckets: list[list[str]],
+    in_flight: int,
+    total_bytes: int,
+    expected: dict[str, int],
+) -> dict:
     """One weight sync, checked: returns its rate and each actor's extra RSS."""
     ray.get(engine.begin.remote())
     if transport == "gloo_broadcast":
-        sent, _ = ray.get([learner.send_gloo.remote(len(buckets[0]), in_flight), engine.receive_gloo.remote(buckets, in_flight)])
+        sent, _ = ray.get(
+            [learner.send_gloo.remote(len(buckets[0]), in_flight), engine.receive_gloo.remote(buckets, in_flight)]
+        )
     else:
         kind = "numpy" if transport == "object_store_numpy" else "torch"
         sent = ray.get(learner.send_object_store.remote(engine, len(buckets[0]), kind, in_flight))
     received = ray.get(engine.end.remote())
     if received["checksums"] != expected:
         wrong = [n for n in expected if received["checksums"].get(n) != expected[n]]
-        raise AssertionError(f"{transport}: {len(wrong)} of {len(expected)} tensors differ after the sync (first: {wrong[0]})")
+        raise AssertionError(
+            f"{transport}: {len(wrong)} of {len(expected)} tensors differ after the sync (first: {wrong[0]})"
+        )
     seconds = received["done"] - sent["start"]
-    return {"seconds": seconds, "gb_per_s": total_bytes / seconds / 1e9, "extra_rss_mb_learner": sent["extra_rss_mb"], "extra_rss_mb_engine": received["extra_rss_mb"]}
+    return {
+        "seconds": seconds,
+        "gb_per_s": total_bytes / seconds / 1e9,
+        "extra_rss_mb_learner": sent["extra_rss_mb"],
+        "extra_rss_mb_engine": received["extra_rss_mb"],
+    }
 
 
 def actor_pair(zero_copy: bool, args, total_bytes: int) -> dict:
     """A learner and an engine, joined by a gloo group; the learner's checksums."""
     options = {"runtime_env": {"env_vars": {"RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1" if zero_copy else "0"}}}
-    layout = {f"layers.{i}.weight": args.tensor_mb * MB // FLOAT32_BYTES for i in range(total_bytes // (args.tensor_mb * MB))}
+    layout = {
+        f"layers.{i}.weight": args.tensor_mb * MB // FLOAT32_BYTES for i in range(total_bytes // (args.tensor_mb * MB))
+    }
     learner = Learner.options(**options).remote(layout)
     engine = Engine.options(**options).remote(layout)
     port = ray.get(learner.open_store.remote())
     ray.get([learner.join_group.remote(), engine.join_group.remote(port)])
-    return {"learner": learner, "engine": engine, "names": list(layout), "expected": ray.get(learner.checksums.remote())}
+    return {
+        "learner": learner,
+        "engine": engine,
+        "names": list(layout),
+        "expected": ray.get(learner.checksums.remote()),
+    }
 
 
 def measure(transport: str, bucket_mb: int, args, total_bytes: int, pair: dict) -> dict:
@@ -296,7 +322,10 @@ def measure(transport: str, bucket_mb: int, args, total_bytes: int, pair: dict) 
     learner, engine, expected = pair["learner"], pair["engine"], pair["expected"]
     ray.get([learner.release_buffers.remote(), engine.release_buffers.remote()])  # each row allocates its own
     buckets = buckets_of(pair["names"], bucket_mb // args.tensor_mb)
-    syncs = [sync_once(transport, learner, engine, buckets, args.in_flight, total_bytes, expected) for _ in range(1 + args.repeats)]
+    syncs = [
+        sync_once(transport, learner, engine, buckets, args.in_flight, total_bytes, expected)
+        for _ in range(1 + args.repeats)
+    ]
     memcpy = ray.get(learner.memcpy_gb_per_s.remote(len(buckets[0])))
     warm = syncs[1:] or syncs  # --smoke: the one sync
     rates = [s["gb_per_s"] for s in warm]
@@ -318,7 +347,10 @@ def measure(transport: str, bucket_mb: int, args, total_bytes: int, pair: dict) 
     }
     print(
         f"[{transport} {bucket_mb} MB] "
-        + "  ".join(f"{s['gb_per_s']:.2f} GB/s (+{s['extra_rss_mb_learner']:.0f}/+{s['extra_rss_mb_engine']:.0f} MB)" for s in syncs)
+        + "  ".join(
+            f"{s['gb_per_s']:.2f} GB/s (+{s['extra_rss_mb_learner']:.0f}/+{s['extra_rss_mb_engine']:.0f} MB)"
+            for s in syncs
+        )
         + f"  load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
@@ -335,12 +367,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 512], help="bucket sizes, MB")
     parser.add_argument("--total-gb", type=float, default=2.0, help="parameters moved per sync")
-    parser.add_argument("--tensor-mb", type=int, default=16, help="size of each parameter tensor (divides every bucket size)")
+    parser.add_argument(
+        "--tensor-mb", type=int, default=16, help="size of each parameter tensor (divides every bucket size)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="syncs measured after the first (cold) one")
     parser.add_argument("--in-flight", type=int, default=2, help="buckets in flight at most (every transport)")
     parser.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS))
-    parser.add_argument("--json", type=Path, help="write the figures here (a full run's default: bench/results/weight_transport.json)")
-    parser.add_argument("--smoke", action="store_true", help="64 MB in 16 MB buckets, one sync per transport (CI: the benchmark still runs)")
+    parser.add_argument(
+        "--json", type=Path, help="write the figures here (a full run's default: bench/results/weight_transport.json)"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="64 MB in 16 MB buckets, one sync per transport (CI: the benchmark still runs)",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.sizes, args.total_gb, args.tensor_mb, args.repeats = [16], 64 / 1024, 4, 0
@@ -357,8 +397,12 @@ def main() -> None:
     # runs first would pay for them (a fresh page costs much more than a copy on this machine).
     object_store_bytes = max(2**30, 3 * args.in_flight * largest)
     ray.init(
-        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-        object_store_memory=object_store_bytes, _system_config={"preallocate_plasma_memory": True},
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=object_store_bytes,
+        _system_config={"preallocate_plasma_memory": True},
     )
     load_before = os.getloadavg()
     print(
@@ -382,15 +426,21 @@ def main() -> None:
     load_after = os.getloadavg()
 
     print()
-    print(f"{'':<29} {'bucket':>6} {'GB/s':>6} {'(min-max)':>11} {'first':>6}   extra RSS MB: learner/engine, first sync")
+    print(
+        f"{'':<29} {'bucket':>6} {'GB/s':>6} {'(min-max)':>11} {'first':>6}   extra RSS MB: learner/engine, first sync"
+    )
     for r in sorted(results, key=lambda r: r["bucket_mb"]):
         print(
             f"{r['transport']:<29} {r['bucket_mb']:>3} MB {r['gb_per_s']:>6.2f} {r['gb_per_s_min']:>5.2f}-{r['gb_per_s_max']:<5.2f} {r['first_gb_per_s']:>6.2f}   "
             f"{r['extra_rss_mb_learner']:>5.0f} /{r['extra_rss_mb_engine']:>5.0f}   {r['first_extra_rss_mb_learner']:>5.0f} /{r['first_extra_rss_mb_engine']:>5.0f}"
         )
-    print(f"reference: memcpy of a bucket inside one process {statistics.median(r['memcpy_gb_per_s'] for r in results):.2f} GB/s")
+    print(
+        f"reference: memcpy of a bucket inside one process {statistics.median(r['memcpy_gb_per_s'] for r in results):.2f} GB/s"
+    )
     syncs = sum(len(r["syncs"]) for r in results)
-    print(f"checksums: every tensor arrived intact in all {syncs} syncs ({time.perf_counter() - start:.0f} s; load average {load_after[0]:.1f} at the end)")
+    print(
+        f"checksums: every tensor arrived intact in all {syncs} syncs ({time.perf_counter() - start:.0f} s; load average {load_after[0]:.1f} at the end)"
+    )
     best = {t: max((r for r in results if r["transport"] == t), key=lambda r: r["gb_per_s"]) for t in args.transports}
     ranked = sorted(best.values(), key=lambda r: -r["gb_per_s"])
     winner = ranked[0]
@@ -399,7 +449,11 @@ def main() -> None:
     versus = f"; object store {store[0]['gb_per_s'] / gloo[0]['gb_per_s']:.1f}x gloo" if store and gloo else ""
     print(
         f"conclusion: {winner['transport']} is fastest here, {winner['gb_per_s']:.2f} GB/s with {winner['bucket_mb']} MB buckets"
-        + (" (" + ", ".join(f"{r['transport']} {r['gb_per_s']:.2f} at {r['bucket_mb']} MB" for r in ranked[1:]) + ")" if ranked[1:] else "")
+        + (
+            " (" + ", ".join(f"{r['transport']} {r['gb_per_s']:.2f} at {r['bucket_mb']} MB" for r in ranked[1:]) + ")"
+            if ranked[1:]
+            else ""
+        )
         + versus
     )
 

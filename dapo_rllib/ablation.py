@@ -227,7 +227,12 @@ def plot(trials: list[TrialCurves], out: Path, *, metric: str, target: float) ->
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
     panels = [
         (axes[0, 0], f"held-out {metric}", "training iteration", lambda t: t.accuracy),
-        (axes[0, 1], f"held-out {metric}", "completions sampled", lambda t: [(t.samples.get(i, math.nan), v) for i, v in t.accuracy]),
+        (
+            axes[0, 1],
+            f"held-out {metric}",
+            "completions sampled",
+            lambda t: [(t.samples.get(i, math.nan), v) for i, v in t.accuracy],
+        ),
         (axes[0, 2], "entropy (training rollouts)", "training iteration", lambda t: t.series[ENTROPY]),
         (axes[1, 0], "response length, mean tokens", "training iteration", lambda t: t.series[RESPONSE_LENGTH]),
         (axes[1, 1], "truncated fraction", "training iteration", lambda t: t.series[TRUNCATION]),
@@ -260,7 +265,9 @@ def plot(trials: list[TrialCurves], out: Path, *, metric: str, target: float) ->
     return out
 
 
-def write_report(trial_dirs: Sequence[str | Path], run_dir: str | Path, *, metric: str, target: float) -> tuple[Path, Path, list[str]]:
+def write_report(
+    trial_dirs: Sequence[str | Path], run_dir: str | Path, *, metric: str, target: float
+) -> tuple[Path, Path, list[str]]:
     """`ablation.md` and `ablation.png` in `run_dir`, from the trials in `trial_dirs`; and the
     names of the trials left out.
 
@@ -272,13 +279,19 @@ def write_report(trial_dirs: Sequence[str | Path], run_dir: str | Path, *, metri
     trials, missing = [], []
     for trial_dir in map(Path, trial_dirs):
         curves = read_trial(trial_dir, metric) if (trial_dir / "result.json").is_file() else None
-        (trials if curves is not None and curves.accuracy else missing).append(curves if curves and curves.accuracy else trial_dir.name)
+        (trials if curves is not None and curves.accuracy else missing).append(
+            curves if curves and curves.accuracy else trial_dir.name
+        )
     if not trials:
-        raise ValueError(f"no trial under {[str(d) for d in trial_dirs]} has validation results {metric!r}; nothing to report")
+        raise ValueError(
+            f"no trial under {[str(d) for d in trial_dirs]} has validation results {metric!r}; nothing to report"
+        )
     befores = [v for t in trials for i, v in t.accuracy if i == 0]
     before = sum(befores) / len(befores) if befores else None
     short_metric = metric.split("/", 1)[-1]
-    text = "# DAPO ablation\n\n" + markdown_table(summarize(trials, target), target=target, metric=short_metric, before=before)
+    text = "# DAPO ablation\n\n" + markdown_table(
+        summarize(trials, target), target=target, metric=short_metric, before=before
+    )
     if missing:
         text += f"\nTrials without validation results, left out: {', '.join(missing)}\n"
     md = run_dir / "ablation.md"

@@ -37,9 +37,13 @@ def _ctor_info(path: str | Path) -> dict[str, Any]:
             ctor = pickle.load(f)
     except (ImportError, AttributeError) as error:
         # The class is pickled by reference: its module must be importable here.
-        raise ValueError(f"cannot read the algorithm class of checkpoint {str(path)!r} ({error}); expected a class importable in this environment") from None
+        raise ValueError(
+            f"cannot read the algorithm class of checkpoint {str(path)!r} ({error}); expected a class importable in this environment"
+        ) from None
     if not isinstance(ctor, dict) or not isinstance(ctor.get("class"), type) or "ctor_args_and_kwargs" not in ctor:
-        raise ValueError(f"{str(file)!r} is not an RLlib class_and_ctor_args.pkl; expected a dict with 'class' and 'ctor_args_and_kwargs'")
+        raise ValueError(
+            f"{str(file)!r} is not an RLlib class_and_ctor_args.pkl; expected a dict with 'class' and 'ctor_args_and_kwargs'"
+        )
     return ctor
 
 
@@ -103,5 +107,9 @@ def export_hf_model_from_checkpoint(path: str | Path, out_dir: str | Path) -> Pa
     check_checkpoint_algorithm(path, DAPO, "export")
     module = RLModule.from_checkpoint(policy_module_path(path))
     if not isinstance(module, CausalLMRLModule):
-        raise ValueError(f"the policy in {str(path)!r} is a {type(module).__name__}, not a Hugging Face causal LM; only DAPO checkpoints can be exported")
-    return export_hf_model(module.get_state(), module.model_config["model_path"], out_dir, module.model_config.get("dtype", "float32"))
+        raise ValueError(
+            f"the policy in {str(path)!r} is a {type(module).__name__}, not a Hugging Face causal LM; only DAPO checkpoints can be exported"
+        )
+    return export_hf_model(
+        module.get_state(), module.model_config["model_path"], out_dir, module.model_config.get("dtype", "float32")
+    )

@@ -47,29 +47,80 @@ def build_parser() -> argparse.ArgumentParser:
     from dapo_rllib.data.convert import add_convert_arguments, run_convert
     from dapo_rllib.train import add_train_options, json_dict
 
-    parser = argparse.ArgumentParser(prog="rllib", description="RLlib's command line (train, evaluate, export, data, plot), with DAPO registered.")
+    parser = argparse.ArgumentParser(
+        prog="rllib", description="RLlib's command line (train, evaluate, export, data, plot), with DAPO registered."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,data,plot}")
 
     train = commands.add_parser("train", help="train from a Python config file: rllib train file <file>")
     train_kinds = train.add_subparsers(dest="kind", required=True, metavar="{file}")
     train_file = train_kinds.add_parser("file", help="train the AlgorithmConfig named `config` in a Python file")
-    train_file.add_argument("file", help="Python file defining `config` (an AlgorithmConfig) and optionally `stop` (a dict)")
+    train_file.add_argument(
+        "file", help="Python file defining `config` (an AlgorithmConfig) and optionally `stop` (a dict)"
+    )
     add_train_options(train_file).set_defaults(func=_train)
 
-    evaluate = commands.add_parser("evaluate", help="validation metrics (avg@n, pass@k, maj@n, ...) of a model directory or checkpoint")
-    evaluate.add_argument("model", help="Hugging Face model directory, or algorithm checkpoint directory (checkpoint_NNNNNN)")
-    evaluate.add_argument("--data", default=None, help="DAPO-format .parquet/.jsonl eval file (e.g. ../shared/data/aime-2024.parquet) or 'arithmetic' (default for checkpoints: their eval dataset)")
-    evaluate.add_argument("--num-samples", type=int, default=None, help="n, samples per problem (avg@n); default: the copies of each problem in the file (32 for AIME 2024), else the checkpoint's eval_num_samples (32)")
+    evaluate = commands.add_parser(
+        "evaluate", help="validation metrics (avg@n, pass@k, maj@n, ...) of a model directory or checkpoint"
+    )
+    evaluate.add_argument(
+        "model", help="Hugging Face model directory, or algorithm checkpoint directory (checkpoint_NNNNNN)"
+    )
+    evaluate.add_argument(
+        "--data",
+        default=None,
+        help="DAPO-format .parquet/.jsonl eval file (e.g. ../shared/data/aime-2024.parquet) or 'arithmetic' (default for checkpoints: their eval dataset)",
+    )
+    evaluate.add_argument(
+        "--num-samples",
+        type=int,
+        default=None,
+        help="n, samples per problem (avg@n); default: the copies of each problem in the file (32 for AIME 2024), else the checkpoint's eval_num_samples (32)",
+    )
     evaluate.add_argument("--max-problems", type=int, default=None, help="evaluate the first N problems only")
-    evaluate.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 1.0, the paper's)")
+    evaluate.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature (default 1.0, the paper's)"
+    )
     evaluate.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 0.7, the paper's)")
-    evaluate.add_argument("--scorer", default=None, help="scorer for every data source: math_dapo, math_verify or module:function (default: by data source)")
-    evaluate.add_argument("--score-timeout", dest="score_timeout_s", type=float, default=None, help="seconds to score one sample before it counts as wrong (default 10)")
-    evaluate.add_argument("--max-prompt-length", type=int, default=None, help="prompt tokens, left-truncated (default: the checkpoint's, or 2048 cut to the model's context)")
-    evaluate.add_argument("--max-response-length", type=int, default=None, help="generation limit in tokens (default: the checkpoint's, or 20480 cut to the model's context)")
-    evaluate.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"), help="vLLM dtype (default: the checkpoint's, or float32)")
-    evaluate.add_argument("--vllm-engine-kwargs", type=json_dict, default=None, help='extra vllm.LLM arguments as JSON, e.g. \'{"tensor_parallel_size": 4}\'')
-    evaluate.add_argument("--out", default=None, help="JSON results file (default: eval_results/<model>__<data>__n<n>.json)")
+    evaluate.add_argument(
+        "--scorer",
+        default=None,
+        help="scorer for every data source: math_dapo, math_verify or module:function (default: by data source)",
+    )
+    evaluate.add_argument(
+        "--score-timeout",
+        dest="score_timeout_s",
+        type=float,
+        default=None,
+        help="seconds to score one sample before it counts as wrong (default 10)",
+    )
+    evaluate.add_argument(
+        "--max-prompt-length",
+        type=int,
+        default=None,
+        help="prompt tokens, left-truncated (default: the checkpoint's, or 2048 cut to the model's context)",
+    )
+    evaluate.add_argument(
+        "--max-response-length",
+        type=int,
+        default=None,
+        help="generation limit in tokens (default: the checkpoint's, or 20480 cut to the model's context)",
+    )
+    evaluate.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="vLLM dtype (default: the checkpoint's, or float32)",
+    )
+    evaluate.add_argument(
+        "--vllm-engine-kwargs",
+        type=json_dict,
+        default=None,
+        help="extra vllm.LLM arguments as JSON, e.g. '{\"tensor_parallel_size\": 4}'",
+    )
+    evaluate.add_argument(
+        "--out", default=None, help="JSON results file (default: eval_results/<model>__<data>__n<n>.json)"
+    )
     evaluate.set_defaults(func=_evaluate)
 
     export = commands.add_parser("export", help="write a DAPO checkpoint's policy as a Hugging Face model directory")
@@ -79,7 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     data = commands.add_parser("data", help="dataset tools: rllib data convert <in> <out.parquet>")
     data_tools = data.add_subparsers(dest="tool", required=True, metavar="{convert}")
-    convert = data_tools.add_parser("convert", help="turn a jsonl/parquet/csv file of problems and answers into DAPO rows (deduplicated, templated, parquet)")
+    convert = data_tools.add_parser(
+        "convert",
+        help="turn a jsonl/parquet/csv file of problems and answers into DAPO rows (deduplicated, templated, parquet)",
+    )
     add_convert_arguments(convert)
     convert.set_defaults(func=run_convert)
 

@@ -70,7 +70,11 @@ class PadTokenBatch(ConnectorV2):
         if self.overlong_filtering:
             loss_mask[truncated] = 0.0
         if metrics is not None:
-            metrics.log_value(Metrics.OVERLONG_FILTERED_FRACTION, float(truncated.mean()) if self.overlong_filtering else 0.0, window=1)
+            metrics.log_value(
+                Metrics.OVERLONG_FILTERED_FRACTION,
+                float(truncated.mean()) if self.overlong_filtering else 0.0,
+                window=1,
+            )
             metrics.log_value(Metrics.LOSS_TOKENS, float(loss_mask.sum()), window=1)
 
         batch[DEFAULT_MODULE_ID] = {

@@ -128,6 +128,7 @@ def _check_same_shape(**tensors: torch.Tensor) -> None:
 # Registries: the policy loss and the advantage estimator are config values.
 # --------------------------------------------------------------------------
 
+
 class _Registry:
     """Functions by the name a config gives them; ``register(name)`` is a decorator."""
 
@@ -169,8 +170,16 @@ class _Registry:
 # settings it does not use. An advantage estimator is `fn(scores [n], group_ids [n]) -> [n]`.
 _POLICY_LOSSES = _Registry("policy_loss", "policy losses")
 _ADV_ESTIMATORS = _Registry("adv_estimator", "advantage estimators")
-register_policy_loss, policy_loss_fn, policy_losses = _POLICY_LOSSES.register, _POLICY_LOSSES.lookup, _POLICY_LOSSES.names
-register_adv_estimator, adv_estimator_fn, adv_estimators = _ADV_ESTIMATORS.register, _ADV_ESTIMATORS.lookup, _ADV_ESTIMATORS.names
+register_policy_loss, policy_loss_fn, policy_losses = (
+    _POLICY_LOSSES.register,
+    _POLICY_LOSSES.lookup,
+    _POLICY_LOSSES.names,
+)
+register_adv_estimator, adv_estimator_fn, adv_estimators = (
+    _ADV_ESTIMATORS.register,
+    _ADV_ESTIMATORS.lookup,
+    _ADV_ESTIMATORS.names,
+)
 
 
 # --------------------------------------------------------------------------
@@ -202,9 +211,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 # --------------------------------------------------------------------------
 
 
-def _mean_over_sequences(
-    per_seq: torch.Tensor, tokens_per_seq: torch.Tensor, num_seqs: Count | None
-) -> torch.Tensor:
+def _mean_over_sequences(per_seq: torch.Tensor, tokens_per_seq: torch.Tensor, num_seqs: Count | None) -> torch.Tensor:
     """``sum(per_seq) / num_seqs``; ``num_seqs`` defaults to the number of
     sequences with at least one unmasked token (the others hold 0 in
     ``per_seq``)."""
@@ -396,9 +403,7 @@ def compute_policy_loss(
     token_loss = torch.maximum(unclipped, clipped)
     negative = advantages < 0
     if clip_ratio_c is not None:
-        token_loss = torch.where(
-            negative, torch.minimum(token_loss, -advantages * clip_ratio_c), token_loss
-        )
+        token_loss = torch.where(negative, torch.minimum(token_loss, -advantages * clip_ratio_c), token_loss)
 
     loss = agg_loss(
         token_loss,
@@ -434,9 +439,7 @@ def compute_policy_loss(
 # --------------------------------------------------------------------------
 
 
-def _group_index(
-    group_ids: GroupIds, values: torch.Tensor, values_name: str
-) -> tuple[torch.Tensor, int]:
+def _group_index(group_ids: GroupIds, values: torch.Tensor, values_name: str) -> tuple[torch.Tensor, int]:
     """Map arbitrary group ids to ``0..num_groups-1``.
 
     Returns ``(inverse, num_groups)``: ``inverse`` is a [n] long tensor on the
@@ -600,8 +603,7 @@ def overlong_penalty(
         raise ValueError(f"max_response_length must be > 0, got {max_response_length}")
     if not 0 <= overlong_buffer_len <= max_response_length:
         raise ValueError(
-            f"overlong_buffer_len must be in [0, max_response_length={max_response_length}], "
-            f"got {overlong_buffer_len}"
+            f"overlong_buffer_len must be in [0, max_response_length={max_response_length}], got {overlong_buffer_len}"
         )
     if penalty_factor < 0:
         raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
@@ -675,7 +677,9 @@ def rollout_correction_weights(
         weights = torch.exp(log_ratio)
         metrics = {
             Metrics.ROLLOUT_IS_WEIGHT_MEAN: masked_mean(weights, response_mask),
-            Metrics.ROLLOUT_IS_CAPPED_FRACTION: masked_mean((log_ratio >= math.log(cap)).to(weights.dtype), response_mask),
+            Metrics.ROLLOUT_IS_CAPPED_FRACTION: masked_mean(
+                (log_ratio >= math.log(cap)).to(weights.dtype), response_mask
+            ),
         }
     return weights, metrics
 
@@ -733,9 +737,7 @@ _KL_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 KL_PENALTY_KINDS: tuple[str, ...] = tuple(_KL_FNS)
 
 
-def kl_penalty(
-    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str = "low_var_kl"
-) -> torch.Tensor:
+def kl_penalty(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
     """Per-token estimate of KL(pi_theta || pi_ref) from sampled tokens.
 
     DAPO drops the KL term (beta = 0); this exists for GRPO baselines. Kinds:

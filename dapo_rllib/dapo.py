@@ -74,7 +74,9 @@ class DAPO(Algorithm):
         self._evaluated_before_training = False
         self.num_evaluations = 0  # calls of the evaluation function so far
         self._pending_groups = None  # async_rollout: the batch generated during the last update
-        self._generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-rollout") if config.async_rollout else None
+        self._generator = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-rollout") if config.async_rollout else None
+        )
         # Held while the learners update or send weights: async_rollout's generation thread may
         # have to bring a restarted env runner up to date in the middle of an update.
         self._learner_lock = threading.Lock()
@@ -120,7 +122,11 @@ class DAPO(Algorithm):
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1), self._learner_lock:
             results = self.learner_group.update(
                 **learner_data(groups, 1 if self.learner_group.is_local else len(self.learner_group), cfg),
-                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
+                timesteps={
+                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
+                    )
+                },
                 num_epochs=cfg.num_epochs,
                 shuffle_batch_per_epoch=False,
             )
@@ -228,7 +234,9 @@ class DAPO(Algorithm):
         from dapo_rllib.rl_module import export_hf_model
 
         component = f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}/{DEFAULT_MODULE_ID}"
-        state = self.learner_group.get_state(components=component)[COMPONENT_LEARNER][COMPONENT_RL_MODULE][DEFAULT_MODULE_ID]
+        state = self.learner_group.get_state(components=component)[COMPONENT_LEARNER][COMPONENT_RL_MODULE][
+            DEFAULT_MODULE_ID
+        ]
         return str(export_hf_model(state, self.config.policy_model_path, out_dir, self.config.model_dtype))
 
     # ----- state -----------------------------------------------------------------------------
@@ -269,7 +277,9 @@ def learner_data(groups: list[list], num_learners: int, cfg: DAPOConfig) -> dict
     if len(groups) % num_learners:
         raise ValueError(f"{len(groups)} groups cannot be shared whole by num_learners={num_learners}")
     per_learner = len(groups) // num_learners
-    shards = [[ep for group in groups[i * per_learner : (i + 1) * per_learner] for ep in group] for i in range(num_learners)]
+    shards = [
+        [ep for group in groups[i * per_learner : (i + 1) * per_learner] for ep in group] for i in range(num_learners)
+    ]
     minibatch_prompts = min(cfg.minibatch_size_prompts, len(groups)) // num_learners
     return {
         "episodes_refs": [ray.put(shard) for shard in shards],

@@ -275,7 +275,10 @@ class DAPOConfig(AlgorithmConfig):
         env_config = dict(base.env_config)
         if self.eval_dataset is not None:
             # "split" matters to the arithmetic generator only: its held-out half.
-            env_config = {k: v for k, v in env_config.items() if k not in PROBLEM_SOURCE_KEYS} | {"dataset": self.eval_dataset, "split": "test"}
+            env_config = {k: v for k, v in env_config.items() if k not in PROBLEM_SOURCE_KEYS} | {
+                "dataset": self.eval_dataset,
+                "split": "test",
+            }
         return env_config
 
     @override(AlgorithmConfig)
@@ -325,7 +328,12 @@ class DAPOConfig(AlgorithmConfig):
 
         return RLModuleSpec(
             module_class=CausalLMRLModule,
-            model_config={"model_path": self.policy_model_path, "dtype": self.model_dtype, "temperature": self.temperature, "gradient_checkpointing": self.gradient_checkpointing},
+            model_config={
+                "model_path": self.policy_model_path,
+                "dtype": self.model_dtype,
+                "temperature": self.temperature,
+                "gradient_checkpointing": self.gradient_checkpointing,
+            },
         )
 
     @override(AlgorithmConfig)
@@ -342,7 +350,9 @@ class DAPOConfig(AlgorithmConfig):
     def build_learner_group(self, *, env=None, spaces=None, rl_module_spec=None, placement_group=None):
         """RLlib's LearnerGroup; under DeepSpeed one that reads state from all learners at once."""
         if self.deepspeed_config is None:
-            return super().build_learner_group(env=env, spaces=spaces, rl_module_spec=rl_module_spec, placement_group=placement_group)
+            return super().build_learner_group(
+                env=env, spaces=spaces, rl_module_spec=rl_module_spec, placement_group=placement_group
+            )
         from dapo_rllib.deepspeed_learner import DeepSpeedLearnerGroup
 
         return DeepSpeedLearnerGroup(
@@ -358,7 +368,11 @@ class DAPOConfig(AlgorithmConfig):
         pipeline = super().build_learner_connector(input_observation_space, input_action_space, device=device)
         model_config = AutoConfig.from_pretrained(self.policy_model_path)
         pad_token_id = getattr(model_config, "pad_token_id", None)
-        pipeline.append(PadTokenBatch(pad_token_id=0 if pad_token_id is None else pad_token_id, overlong_filtering=self.overlong_filtering))
+        pipeline.append(
+            PadTokenBatch(
+                pad_token_id=0 if pad_token_id is None else pad_token_id, overlong_filtering=self.overlong_filtering
+            )
+        )
         pipeline.append(GroupAdvantages(estimator=self.adv_estimator))
         pipeline.append(NumpyToTensor(as_learner_connector=True, device=device))
         if self.recomputes_old_logp:
@@ -399,36 +413,89 @@ class DAPOConfig(AlgorithmConfig):
             self.model_path is None or (Path(self.model_path) / "config.json").is_file(),
             f"model_path={self.model_path!r} is not a Hugging Face model directory (no config.json)",
         )
-        for setting, lookup in (("policy_loss", core_algos.policy_loss_fn), ("adv_estimator", core_algos.adv_estimator_fn)):
+        for setting, lookup in (
+            ("policy_loss", core_algos.policy_loss_fn),
+            ("adv_estimator", core_algos.adv_estimator_fn),
+        ):
             try:
                 lookup(getattr(self, setting))
             except (ValueError, ImportError, AttributeError) as error:
                 value_error(self, f"{setting}={getattr(self, setting)!r}: {error}")
-        need(self.loss_agg_mode in core_algos.LOSS_AGG_MODES, f"loss_agg_mode={self.loss_agg_mode!r}; expected one of {core_algos.LOSS_AGG_MODES}")
+        need(
+            self.loss_agg_mode in core_algos.LOSS_AGG_MODES,
+            f"loss_agg_mode={self.loss_agg_mode!r}; expected one of {core_algos.LOSS_AGG_MODES}",
+        )
         need(0 <= self.clip_eps_low < 1, f"clip_eps_low={self.clip_eps_low} must be in [0, 1)")
         need(self.clip_eps_high >= 0, f"clip_eps_high={self.clip_eps_high} must be >= 0")
-        need(self.clip_ratio_c is None or self.clip_ratio_c > 1, f"clip_ratio_c={self.clip_ratio_c} must be > 1 (or None to turn dual clip off)")
+        need(
+            self.clip_ratio_c is None or self.clip_ratio_c > 1,
+            f"clip_ratio_c={self.clip_ratio_c} must be > 1 (or None to turn dual clip off)",
+        )
         need(self.group_size >= 2, f"group_size={self.group_size} must be >= 2: a group of one has zero advantage")
-        for name in ("train_batch_size_prompts", "gen_batch_size_prompts", "max_num_gen_batches", "minibatch_size_prompts", "max_prompt_length", "max_response_length", "eval_num_samples"):
-            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name}={getattr(self, name)!r} must be a positive integer")
-        need(self.train_batch_size_prompts % self.minibatch_size_prompts == 0, f"train_batch_size_prompts={self.train_batch_size_prompts} must be a multiple of minibatch_size_prompts={self.minibatch_size_prompts}")
-        need(self.filter_metric in FILTER_METRICS, f"filter_metric={self.filter_metric!r}; expected one of {sorted(FILTER_METRICS)}")
-        need(0 <= self.overlong_buffer_len <= self.max_response_length, f"overlong_buffer_len={self.overlong_buffer_len} must be in [0, max_response_length={self.max_response_length}]")
+        for name in (
+            "train_batch_size_prompts",
+            "gen_batch_size_prompts",
+            "max_num_gen_batches",
+            "minibatch_size_prompts",
+            "max_prompt_length",
+            "max_response_length",
+            "eval_num_samples",
+        ):
+            need(
+                isinstance(getattr(self, name), int) and getattr(self, name) >= 1,
+                f"{name}={getattr(self, name)!r} must be a positive integer",
+            )
+        need(
+            self.train_batch_size_prompts % self.minibatch_size_prompts == 0,
+            f"train_batch_size_prompts={self.train_batch_size_prompts} must be a multiple of minibatch_size_prompts={self.minibatch_size_prompts}",
+        )
+        need(
+            self.filter_metric in FILTER_METRICS,
+            f"filter_metric={self.filter_metric!r}; expected one of {sorted(FILTER_METRICS)}",
+        )
+        need(
+            0 <= self.overlong_buffer_len <= self.max_response_length,
+            f"overlong_buffer_len={self.overlong_buffer_len} must be in [0, max_response_length={self.max_response_length}]",
+        )
         need(self.overlong_penalty_factor >= 0, f"overlong_penalty_factor={self.overlong_penalty_factor} must be >= 0")
         need(self.kl_coef >= 0, f"kl_coef={self.kl_coef} must be >= 0")
-        need(self.kl_penalty in core_algos.KL_PENALTY_KINDS, f"kl_penalty={self.kl_penalty!r}; expected one of {core_algos.KL_PENALTY_KINDS}")
-        need(self.temperature > 0, f"temperature={self.temperature} must be > 0 (log-probs are of softmax(logits / temperature))")
-        need(self.eval_max_problems is None or (isinstance(self.eval_max_problems, int) and self.eval_max_problems >= 1), f"eval_max_problems={self.eval_max_problems!r} must be a positive integer or None (all problems)")
         need(
-            self.eval_dataset is None or Path(self.eval_dataset).suffix not in DATA_FILE_SUFFIXES or Path(self.eval_dataset).is_file(),
+            self.kl_penalty in core_algos.KL_PENALTY_KINDS,
+            f"kl_penalty={self.kl_penalty!r}; expected one of {core_algos.KL_PENALTY_KINDS}",
+        )
+        need(
+            self.temperature > 0,
+            f"temperature={self.temperature} must be > 0 (log-probs are of softmax(logits / temperature))",
+        )
+        need(
+            self.eval_max_problems is None or (isinstance(self.eval_max_problems, int) and self.eval_max_problems >= 1),
+            f"eval_max_problems={self.eval_max_problems!r} must be a positive integer or None (all problems)",
+        )
+        need(
+            self.eval_dataset is None
+            or Path(self.eval_dataset).suffix not in DATA_FILE_SUFFIXES
+            or Path(self.eval_dataset).is_file(),
             f"eval_dataset={self.eval_dataset!r}: no such file",
         )
         need(self.eval_temperature >= 0, f"eval_temperature={self.eval_temperature} must be >= 0")
-        need(0 < self.top_p <= 1 and 0 < self.eval_top_p <= 1, f"top_p={self.top_p} and eval_top_p={self.eval_top_p} must be in (0, 1]")
-        need(self.lr_warmup_steps >= 0 and self.weight_decay >= 0, f"lr_warmup_steps={self.lr_warmup_steps} and weight_decay={self.weight_decay} must be >= 0")
-        need(self.model_dtype in ("float32", "bfloat16", "float16"), f"model_dtype={self.model_dtype!r}; expected float32, bfloat16 or float16")
         need(
-            self.max_tokens_per_micro_batch is None or (isinstance(self.max_tokens_per_micro_batch, int) and self.max_tokens_per_micro_batch >= self.max_prompt_length + self.max_response_length),
+            0 < self.top_p <= 1 and 0 < self.eval_top_p <= 1,
+            f"top_p={self.top_p} and eval_top_p={self.eval_top_p} must be in (0, 1]",
+        )
+        need(
+            self.lr_warmup_steps >= 0 and self.weight_decay >= 0,
+            f"lr_warmup_steps={self.lr_warmup_steps} and weight_decay={self.weight_decay} must be >= 0",
+        )
+        need(
+            self.model_dtype in ("float32", "bfloat16", "float16"),
+            f"model_dtype={self.model_dtype!r}; expected float32, bfloat16 or float16",
+        )
+        need(
+            self.max_tokens_per_micro_batch is None
+            or (
+                isinstance(self.max_tokens_per_micro_batch, int)
+                and self.max_tokens_per_micro_batch >= self.max_prompt_length + self.max_response_length
+            ),
             f"max_tokens_per_micro_batch={self.max_tokens_per_micro_batch!r} must hold the longest possible sequence: at least max_prompt_length + max_response_length = {self.max_prompt_length + self.max_response_length} (or None for the default)",
         )
         need(
@@ -439,14 +506,31 @@ class DAPOConfig(AlgorithmConfig):
             from dapo_rllib.deepspeed_learner import engine_config, load_deepspeed_config
 
             try:
-                engine_config(load_deepspeed_config(self.deepspeed_config), grad_clip=self.grad_clip, model_dtype=self.model_dtype)
+                engine_config(
+                    load_deepspeed_config(self.deepspeed_config), grad_clip=self.grad_clip, model_dtype=self.model_dtype
+                )
             except (ValueError, OSError) as error:
                 value_error(self, f"deepspeed_config={self.deepspeed_config!r}: {error}")
-            need(self.grad_clip_by == "global_norm", f"grad_clip_by={self.grad_clip_by!r}: under DeepSpeed gradients are clipped by their global norm only")
-        need(self.env_runner_cls is not None and hasattr(self.env_runner_cls, "evaluate"), f"env_runner_cls={self.env_runner_cls} must be a VLLMEnvRunner (subclass)")
-        need(isinstance(self.weight_sync_bucket_mb, (int, float)) and self.weight_sync_bucket_mb > 0, f"weight_sync_bucket_mb={self.weight_sync_bucket_mb!r} must be a positive number of MB")
-        need(self.rollout_correction in core_algos.ROLLOUT_CORRECTIONS, f"rollout_correction={self.rollout_correction!r}; expected one of {core_algos.ROLLOUT_CORRECTIONS}")
-        need(isinstance(self.rollout_is_cap, (int, float)) and self.rollout_is_cap >= 1, f"rollout_is_cap={self.rollout_is_cap!r} must be >= 1 (an importance weight cap)")
+            need(
+                self.grad_clip_by == "global_norm",
+                f"grad_clip_by={self.grad_clip_by!r}: under DeepSpeed gradients are clipped by their global norm only",
+            )
+        need(
+            self.env_runner_cls is not None and hasattr(self.env_runner_cls, "evaluate"),
+            f"env_runner_cls={self.env_runner_cls} must be a VLLMEnvRunner (subclass)",
+        )
+        need(
+            isinstance(self.weight_sync_bucket_mb, (int, float)) and self.weight_sync_bucket_mb > 0,
+            f"weight_sync_bucket_mb={self.weight_sync_bucket_mb!r} must be a positive number of MB",
+        )
+        need(
+            self.rollout_correction in core_algos.ROLLOUT_CORRECTIONS,
+            f"rollout_correction={self.rollout_correction!r}; expected one of {core_algos.ROLLOUT_CORRECTIONS}",
+        )
+        need(
+            isinstance(self.rollout_is_cap, (int, float)) and self.rollout_is_cap >= 1,
+            f"rollout_is_cap={self.rollout_is_cap!r} must be >= 1 (an importance weight cap)",
+        )
         need(
             # (An evaluation config has the evaluation runner count there; it does not train.)
             not self.async_rollout or self.in_evaluation or self.num_env_runners >= 1,

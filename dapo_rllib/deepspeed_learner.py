@@ -72,7 +72,9 @@ def load_deepspeed_config(value: dict | str | os.PathLike) -> dict:
     if zero["stage"] == 2 and zero.get("offload_optimizer", {}).get("device", "none") != "none":
         # DeepSpeed 0.19.8's stage 2 loses its fp32 gradient buffer at an accumulation boundary
         # set by hand (AttributeError in copy_grads_in_partition); stage 3 offloads fine.
-        raise ValueError("offload_optimizer needs zero_optimization.stage=3 here: stage 2 with offload fails under gradient accumulation")
+        raise ValueError(
+            "offload_optimizer needs zero_optimization.stage=3 here: stage 2 with offload fails under gradient accumulation"
+        )
     if not zero.get("compute_grad_norm", True):
         raise ValueError("zero_optimization.compute_grad_norm=false: DAPO checks the gradient norm of every step")
     return value
@@ -82,7 +84,9 @@ def engine_config(user_config: dict, *, grad_clip: float | None, model_dtype: st
     """The config handed to `deepspeed.initialize`: the user's ZeRO settings plus DAPO's."""
     bf16 = user_config.get("bf16", {}).get("enabled")
     if bf16 is not None and bf16 != (model_dtype == "bfloat16"):
-        raise ValueError(f"deepspeed_config bf16.enabled={bf16} contradicts model_dtype={model_dtype!r}; leave bf16 out, it follows model_dtype")
+        raise ValueError(
+            f"deepspeed_config bf16.enabled={bf16} contradicts model_dtype={model_dtype!r}; leave bf16 out, it follows model_dtype"
+        )
     return user_config | {
         # One micro-batch per backward; DAPO decides where an optimizer step ends.
         "train_micro_batch_size_per_gpu": 1,
@@ -129,7 +133,11 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
             engine, *_ = deepspeed.initialize(
                 model=self.module[module_id].unwrapped().model,
                 optimizer=optimizer,
-                config=engine_config(load_deepspeed_config(config.deepspeed_config), grad_clip=config.grad_clip, model_dtype=config.model_dtype),
+                config=engine_config(
+                    load_deepspeed_config(config.deepspeed_config),
+                    grad_clip=config.grad_clip,
+                    model_dtype=config.model_dtype,
+                ),
             )
             self.module[module_id].unwrapped().run_forward_with(engine)
             self._engines[module_id] = engine
@@ -170,11 +178,17 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
         every learner must call it, see `DeepSpeedLearnerGroup`) and, instead of the torch
         optimizer's state, this learner's ZeRO optimizer shard."""
         with self._full_parameters():
-            state = super().get_state(components, not_components=[*_as_list(not_components), COMPONENT_OPTIMIZER], **kwargs)
+            state = super().get_state(
+                components, not_components=[*_as_list(not_components), COMPONENT_OPTIMIZER], **kwargs
+            )
         wanted = wants_component(self, COMPONENT_OPTIMIZER, components, not_components)
         if wanted and not kwargs.get("inference_only"):
             # ZeRO's state dict points at its live buffers: a copy, or training would change it.
-            state[ZERO_OPTIMIZER_SHARDS] = {torch.distributed.get_rank(): {mid: _copied(e.optimizer.state_dict()) for mid, e in self._engines.items()}}
+            state[ZERO_OPTIMIZER_SHARDS] = {
+                torch.distributed.get_rank(): {
+                    mid: _copied(e.optimizer.state_dict()) for mid, e in self._engines.items()
+                }
+            }
         return state
 
     @override(TorchLearner)
@@ -208,11 +222,15 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
                 engine.optimizer.refresh_fp32_params()
             return
         if sorted(shards) != list(range(self.world_size())):
-            raise ValueError(f"the checkpoint holds ZeRO optimizer shards of learners {sorted(shards)}; this run has {self.world_size()} learners: resume with num_learners={len(shards)}")
+            raise ValueError(
+                f"the checkpoint holds ZeRO optimizer shards of learners {sorted(shards)}; this run has {self.world_size()} learners: resume with num_learners={len(shards)}"
+            )
         for module_id, engine in self._engines.items():
             # DeepSpeed takes every learner's shard and picks its own; the fp32 master weights
             # come from the shard, so a bf16 model resumes exactly too.
-            engine.optimizer.load_state_dict([shards[rank][module_id] for rank in sorted(shards)], load_from_fp32_weights=True)
+            engine.optimizer.load_state_dict(
+                [shards[rank][module_id] for rank in sorted(shards)], load_from_fp32_weights=True
+            )
 
     @staticmethod
     def full_shape(param: torch.Tensor) -> tuple[int, ...]:
@@ -267,5 +285,7 @@ class DeepSpeedLearnerGroup(LearnerGroup):
         states = learner_results(self, self.foreach_learner(lambda learner: learner.get_state(comps, **kwargs)))
         merged = dict(states[0])
         if ZERO_OPTIMIZER_SHARDS in merged:
-            merged[ZERO_OPTIMIZER_SHARDS] = {rank: shard for s in states for rank, shard in s[ZERO_OPTIMIZER_SHARDS].items()}
+            merged[ZERO_OPTIMIZER_SHARDS] = {
+                rank: shard for s in states for rank, shard in s[ZERO_OPTIMIZER_SHARDS].items()
+            }
         return {COMPONENT_LEARNER: merged}

@@ -112,7 +112,9 @@ class GroupSampler:
                 "gen_batch_size_prompts, or set train_on_partial_batch=True to train on what was "
                 "collected."
             )
-        print(f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)", flush=True)
+        print(
+            f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)", flush=True
+        )
         return kept[:whole]
 
     def _log_rollout_metrics(

@@ -144,12 +144,18 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         group_ids = [group_id for _, group_id in requests]
         prompt_ids = [self._prompt_ids(problem.messages) for problem in problems]
         seeds = [request_seed(cfg.seed, TRAIN_STREAM, group_id) for group_id in group_ids]
-        outputs = self._generate(prompt_ids, sampling_params(cfg, self.tokenizer, n=cfg.group_size, explore=explore, seeds=seeds))
+        outputs = self._generate(
+            prompt_ids, sampling_params(cfg, self.tokenizer, n=cfg.group_size, explore=explore, seeds=seeds)
+        )
 
         start = time.perf_counter()
         episodes = []
         repeated = [problem for problem, out in zip(problems, outputs) for _ in out.outputs]
-        texts = [text for ids, out in zip(prompt_ids, outputs) for text in decode_completions(self.tokenizer, ids, out.outputs)]
+        texts = [
+            text
+            for ids, out in zip(prompt_ids, outputs)
+            for text in decode_completions(self.tokenizer, ids, out.outputs)
+        ]
         infos = iter(self.env.score_many(repeated, texts))
         penalties = iter(self._overlong_penalties([len(c.token_ids) for out in outputs for c in out.outputs]))
         for ids, out, group_id in zip(prompt_ids, outputs, group_ids):
@@ -208,10 +214,14 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         """The validation env: `config.evaluation_env_config()` (eval_dataset, evaluation_config)."""
         if self._eval_env is None:
             eval_cfg = self.config if self.config.in_evaluation else self.config.get_evaluation_config_object()
-            self._eval_env = build_env(eval_cfg.env, self.config.evaluation_env_config(), self.worker_index, self.num_workers)
+            self._eval_env = build_env(
+                eval_cfg.env, self.config.evaluation_env_config(), self.worker_index, self.num_workers
+            )
         return self._eval_env
 
-    def evaluate(self, *, num_samples: int, max_problems: int | None = None, progress: bool = False) -> list[EvalRecord]:
+    def evaluate(
+        self, *, num_samples: int, max_problems: int | None = None, progress: bool = False
+    ) -> list[EvalRecord]:
         """`num_samples` scored samples of each problem in this runner's shard of the validation set.
 
         Problems (the first `max_problems`, or all) are split round-robin over the runners

@@ -72,13 +72,27 @@ def evaluate(
     from dapo_rllib.dapo import DAPOConfig
 
     model = Path(model)
-    dapo_options = dict(data=data, num_samples=num_samples, max_problems=max_problems, temperature=temperature, top_p=top_p, scorer=scorer, score_timeout_s=score_timeout_s, max_prompt_length=max_prompt_length, max_response_length=max_response_length, dtype=dtype, vllm_engine_kwargs=vllm_engine_kwargs)
+    dapo_options = dict(
+        data=data,
+        num_samples=num_samples,
+        max_problems=max_problems,
+        temperature=temperature,
+        top_p=top_p,
+        scorer=scorer,
+        score_timeout_s=score_timeout_s,
+        max_prompt_length=max_prompt_length,
+        max_response_length=max_response_length,
+        dtype=dtype,
+        vllm_engine_kwargs=vllm_engine_kwargs,
+    )
     if is_checkpoint(model):
         config = checkpoint_config(model)
         if not isinstance(config, DAPOConfig):
             given = sorted(k for k, v in dapo_options.items() if v is not None)
             if given:
-                raise ValueError(f"{given} apply to DAPO checkpoints and model directories; {str(model)!r} is a {config.algo_class.__name__} checkpoint")
+                raise ValueError(
+                    f"{given} apply to DAPO checkpoints and model directories; {str(model)!r} is a {config.algo_class.__name__} checkpoint"
+                )
             return evaluate_algorithm_checkpoint(model, out=out)
         with tempfile.TemporaryDirectory(prefix="dapo_eval_") as exported:
             print(f"exporting the policy of {model} ...", flush=True)
@@ -86,10 +100,14 @@ def evaluate(
             return _evaluate_dapo(config, model, out=out, **dapo_options)
     if (model / "config.json").is_file():
         if data is None:
-            raise ValueError(f"--data is required to evaluate the model directory {str(model)!r} (a DAPO-format .parquet/.jsonl file, or 'arithmetic')")
+            raise ValueError(
+                f"--data is required to evaluate the model directory {str(model)!r} (a DAPO-format .parquet/.jsonl file, or 'arithmetic')"
+            )
         prompt, response = _lengths_for(model, max_prompt_length, max_response_length)
         config = DAPOConfig().training(model_path=str(model))
-        return _evaluate_dapo(config, model, out=out, **dapo_options | {"max_prompt_length": prompt, "max_response_length": response})
+        return _evaluate_dapo(
+            config, model, out=out, **dapo_options | {"max_prompt_length": prompt, "max_response_length": response}
+        )
     raise FileNotFoundError(
         f"{str(model)!r} is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint "
         f"({CTOR_FILE}){': it does not exist' if not model.exists() else ''}; "
@@ -101,15 +119,36 @@ def _lengths_for(model_dir: Path, prompt: int | None, response: int | None) -> t
     """Prompt and response limits for a model directory: given, or the reference ones fitted to its context."""
     from transformers import AutoConfig
 
-    context = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None) or REFERENCE_PROMPT_LENGTH + REFERENCE_RESPONSE_LENGTH
+    context = (
+        getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+        or REFERENCE_PROMPT_LENGTH + REFERENCE_RESPONSE_LENGTH
+    )
     prompt = prompt or min(REFERENCE_PROMPT_LENGTH, context // 2)
     response = response or min(REFERENCE_RESPONSE_LENGTH, context - prompt)
     if prompt + response > context:
-        raise ValueError(f"max_prompt_length={prompt} + max_response_length={response} exceed the context of {str(model_dir)!r} ({context} tokens)")
+        raise ValueError(
+            f"max_prompt_length={prompt} + max_response_length={response} exceed the context of {str(model_dir)!r} ({context} tokens)"
+        )
     return prompt, response
 
 
-def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems, temperature, top_p, scorer, score_timeout_s, max_prompt_length, max_response_length, dtype, vllm_engine_kwargs) -> dict[str, Any]:
+def _evaluate_dapo(
+    config,
+    model: Path,
+    *,
+    out,
+    data,
+    num_samples,
+    max_problems,
+    temperature,
+    top_p,
+    scorer,
+    score_timeout_s,
+    max_prompt_length,
+    max_response_length,
+    dtype,
+    vllm_engine_kwargs,
+) -> dict[str, Any]:
     from dapo_rllib.env_runner import VLLMEnvRunner
 
     config = config.copy(copy_frozen=False)
@@ -148,11 +187,16 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems,
         "score_timeout_s": config.evaluation_env_config().get("score_timeout_s"),
         "seed": config.seed,
     }
-    print(f"evaluating {model} on {data}: {num_samples} samples per problem, temperature {config.eval_temperature}, top_p {config.eval_top_p}", flush=True)
+    print(
+        f"evaluating {model} on {data}: {num_samples} samples per problem, temperature {config.eval_temperature}, top_p {config.eval_top_p}",
+        flush=True,
+    )
     start = time.perf_counter()
     runner = VLLMEnvRunner(config=config)
     try:
-        records = runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems, progress=True)
+        records = runner.evaluate(
+            num_samples=config.eval_num_samples, max_problems=config.eval_max_problems, progress=True
+        )
     finally:
         runner.stop()
     metrics = eval_metrics.summarize(records)
@@ -165,12 +209,19 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, max_problems,
         Metrics.EVAL_TIME_S: time.perf_counter() - start,
         "problems": [dataclasses.asdict(ProblemSummary.of(r)) for r in records],
     }
-    out = Path(out) if out is not None else Path("eval_results") / f"{_label(model)}__{Path(str(data)).stem}__n{num_samples}.json"
+    out = (
+        Path(out)
+        if out is not None
+        else Path("eval_results") / f"{_label(model)}__{Path(str(data)).stem}__n{num_samples}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     print_table(metrics)
     if prompts_truncated:
-        print(f"\n{prompts_truncated} of {len(records)} prompts were longer than max_prompt_length={config.max_prompt_length} tokens and were left-truncated", flush=True)
+        print(
+            f"\n{prompts_truncated} of {len(records)} prompts were longer than max_prompt_length={config.max_prompt_length} tokens and were left-truncated",
+            flush=True,
+        )
     print(f"\nresults (every number, per problem too): {out}", flush=True)
     return report
 

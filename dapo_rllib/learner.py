@@ -93,7 +93,9 @@ class DAPOTorchLearner(TorchLearner):
         for module_id in batch:
             for _, optimizer in self.get_optimizers_for_module(module_id):
                 optimizer.zero_grad(set_to_none=True)
-        losses = {module_id: self._accumulate_gradients(module_id, module_batch) for module_id, module_batch in batch.items()}
+        losses = {
+            module_id: self._accumulate_gradients(module_id, module_batch) for module_id, module_batch in batch.items()
+        }
         self.optimizer_step(list(batch))
         return {}, losses, {}
 
@@ -145,10 +147,18 @@ class DAPOTorchLearner(TorchLearner):
         old_logp = batch[Columns.OLD_LOGP] if config.recomputes_old_logp else logp.detach()
         rollout_logp = batch.get(Columns.ROLLOUT_LOGP)
         if rollout_logp is None and config.rollout_correction is not None:
-            raise ValueError(f"rollout_correction={config.rollout_correction!r} needs the sampler's log-probs: the batch has no {Columns.ROLLOUT_LOGP!r} column")
+            raise ValueError(
+                f"rollout_correction={config.rollout_correction!r} needs the sampler's log-probs: the batch has no {Columns.ROLLOUT_LOGP!r} column"
+            )
         # A batch built elsewhere (not by VLLMEnvRunner) may carry no sampler log-probs.
         rollout_metrics = {} if rollout_logp is None else core_algos.rollout_mismatch(old_logp, rollout_logp, mask)
-        weights, correction_metrics = core_algos.rollout_correction_weights(old_logp, rollout_logp, mask, mode=config.rollout_correction, cap=config.rollout_is_cap) if rollout_logp is not None else (None, {})
+        weights, correction_metrics = (
+            core_algos.rollout_correction_weights(
+                old_logp, rollout_logp, mask, mode=config.rollout_correction, cap=config.rollout_is_cap
+            )
+            if rollout_logp is not None
+            else (None, {})
+        )
         advantages = batch[Columns.ADVANTAGES] if weights is None else batch[Columns.ADVANTAGES] * weights
         loss, metrics = core_algos.policy_loss_fn(config.policy_loss)(
             logp,
@@ -169,7 +179,14 @@ class DAPOTorchLearner(TorchLearner):
             with torch.no_grad():
                 ref_logp = response_logprobs(self._ref_models[module_id], batch, config.temperature)[Columns.LOGP]
             kl = core_algos.kl_penalty(logp, ref_logp, kind=config.kl_penalty)
-            kl_loss = core_algos.agg_loss(kl, mask, config.loss_agg_mode, num_tokens=num_tokens, num_seqs=num_seqs, loss_scale_factor=config.max_response_length)
+            kl_loss = core_algos.agg_loss(
+                kl,
+                mask,
+                config.loss_agg_mode,
+                num_tokens=num_tokens,
+                num_seqs=num_seqs,
+                loss_scale_factor=config.max_response_length,
+            )
             loss = loss + config.kl_coef * kl_loss
             metrics[Metrics.KL_LOSS] = kl_loss.detach()
         metrics[Metrics.ENTROPY] = core_algos.masked_mean(fwd_out[Columns.ENTROPY].detach(), mask)

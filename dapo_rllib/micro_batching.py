@@ -37,7 +37,9 @@ class MicroBatch:
         return len(self.rows) * (self.prompt_width + self.response_width)
 
 
-def plan_micro_batches(prompt_lengths: torch.Tensor, response_lengths: torch.Tensor, max_tokens: int) -> list[MicroBatch]:
+def plan_micro_batches(
+    prompt_lengths: torch.Tensor, response_lengths: torch.Tensor, max_tokens: int
+) -> list[MicroBatch]:
     """Cut sequences into micro-batches of at most `max_tokens` padded tokens each.
 
     Sequences go longest first; each joins the current micro-batch while the padded size

@@ -17,9 +17,14 @@ from dapo_rllib.columns import Metrics, tag
 PANELS: dict[str, tuple[str, ...]] = {
     "reward and accuracy": (tag(Metrics.ROLLOUT, Metrics.REWARD_MEAN), tag(Metrics.ROLLOUT, Metrics.ACC_MEAN)),
     "validation avg@n": (tag(EVALUATION_RESULTS, f"*/{Metrics.AVG_AT}*"),),
-    "response length": (tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MEAN), tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MAX)),
+    "response length": (
+        tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MEAN),
+        tag(Metrics.ROLLOUT, Metrics.RESPONSE_LENGTH_MAX),
+    ),
     "entropy": (tag(Metrics.LEARNER, Metrics.ENTROPY),),
-    "clip fractions": tuple(tag(Metrics.LEARNER, m) for m in (Metrics.PG_CLIPFRAC_LOW, Metrics.PG_CLIPFRAC_HIGH, Metrics.PG_CLIPFRAC_DUAL)),
+    "clip fractions": tuple(
+        tag(Metrics.LEARNER, m) for m in (Metrics.PG_CLIPFRAC_LOW, Metrics.PG_CLIPFRAC_HIGH, Metrics.PG_CLIPFRAC_DUAL)
+    ),
     "generation rounds per step": (tag(Metrics.ROLLOUT, Metrics.GENERATION_ROUNDS),),
 }
 PLOT_FILE = "dapo_curves.png"
@@ -65,7 +70,9 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         raise FileNotFoundError(f"run directory {str(run_dir)!r} does not exist")
     runs = find_runs(run_dir)
     if not runs:
-        raise ValueError(f"no TensorBoard event files with DAPO metrics under {str(run_dir)!r}; expected a run or Tune experiment directory of a DAPO run")
+        raise ValueError(
+            f"no TensorBoard event files with DAPO metrics under {str(run_dir)!r}; expected a run or Tune experiment directory of a DAPO run"
+        )
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for ax, (title, tags) in zip(axes.flat, PANELS.items()):

@@ -20,7 +20,9 @@ from dapo_rllib.eval_metrics import headline_values
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, readable_scalars
 
 # DAPO's summary fields: (readable tag, label, format).
-_ACC, _KEPT, _GENERATED = (tag(Metrics.ROLLOUT, m) for m in (Metrics.ACC_MEAN, Metrics.GROUPS_KEPT, Metrics.GROUPS_GENERATED))
+_ACC, _KEPT, _GENERATED = (
+    tag(Metrics.ROLLOUT, m) for m in (Metrics.ACC_MEAN, Metrics.GROUPS_KEPT, Metrics.GROUPS_GENERATED)
+)
 _DAPO_FIELDS = (
     (_ACC, "acc", "{:.3f}"),
     (tag(Metrics.ROLLOUT, Metrics.REWARD_MEAN), "reward", "{:+.3f}"),
@@ -58,7 +60,11 @@ def summary_line(result: dict) -> str:
         fields = [f"return {ret:.2f}"] if ret is not None else []
         fields.append(f"env steps {lookup(result, f'{ENV_RUNNER_RESULTS}/{NUM_ENV_STEPS_SAMPLED_LIFETIME}', 0):.0f}")
     for section, label in ((EVAL_BEFORE_TRAINING, "before training "), (EVALUATION_RESULTS, "")):
-        fields += [f"eval {label}{name} {value:.3f}" for name, value in headline_values(result.get(section) or {}).items() if not math.isnan(value)]
+        fields += [
+            f"eval {label}{name} {value:.3f}"
+            for name, value in headline_values(result.get(section) or {}).items()
+            if not math.isnan(value)
+        ]
     seconds = result.get(TIME_THIS_ITER_S, 0.0)
     return f"iter {result[TRAINING_ITERATION]:>3} | " + "  ".join(fields) + f" | {seconds:.1f}s"
 

@@ -71,7 +71,9 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
 
     @override(TorchRLModule)
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
-        return response_logprobs(self.model if self.forward_model is None else self.forward_model, batch, self.temperature)
+        return response_logprobs(
+            self.model if self.forward_model is None else self.forward_model, batch, self.temperature
+        )
 
     def run_forward_with(self, wrapper: torch.nn.Module) -> None:
         """Run forward passes through `wrapper` (e.g. a DeepSpeed engine around `self.model`),
@@ -125,7 +127,10 @@ def response_logprobs(model, batch: dict[str, Any], temperature: float) -> dict[
     logp = torch.cat([p[0] for p in pieces]) if pieces else hidden.new_zeros(0, dtype=torch.float32)
     entropy = torch.cat([p[1] for p in pieces]) if pieces else logp.detach()
     zeros = torch.zeros(response.shape, dtype=torch.float32, device=response.device)
-    return {Columns.LOGP: zeros.masked_scatter(response_mask, logp), Columns.ENTROPY: zeros.masked_scatter(response_mask, entropy)}
+    return {
+        Columns.LOGP: zeros.masked_scatter(response_mask, logp),
+        Columns.ENTROPY: zeros.masked_scatter(response_mask, entropy),
+    }
 
 
 def _sampled_logp_and_entropy(lm_head, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float):
@@ -144,7 +149,9 @@ def hf_weights(module_state: dict[str, Any]) -> dict[str, Any]:
     return {k[len(prefix) :]: v for k, v in module_state.items() if k.startswith(prefix)}
 
 
-def export_hf_model(module_state: dict[str, Any], model_path: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
+def export_hf_model(
+    module_state: dict[str, Any], model_path: str | Path, out_dir: str | Path, dtype: str = "float32"
+) -> Path:
     """Write a trained module's weights as a plain Hugging Face model directory.
 
     The result has the `save_pretrained` layout (config, safetensors weights, generation config)
@@ -159,7 +166,9 @@ def export_hf_model(module_state: dict[str, Any], model_path: str | Path, out_di
     # Tied output embeddings are stored once; anything else missing means the wrong base model.
     missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
     if missing or unexpected:
-        raise ValueError(f"the trained weights do not fit the model at {model_path}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ValueError(
+            f"the trained weights do not fit the model at {model_path}: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     out = Path(out_dir)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(model_path)).save_pretrained(out)

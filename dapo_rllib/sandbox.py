@@ -301,7 +301,9 @@ class _Setup:
         for scratch in ("/tmp", "/dev/shm"):
             outer += ["--size", tmpfs_bytes, "--perms", "1777", "--tmpfs", scratch]
             # bwrap may live there (a virtual environment under /tmp): the inner one needs it.
-            outer += _bind_back(scratch, [path for path in sorted(self.bwrap_dirs) if Path(path).is_relative_to(scratch)])
+            outer += _bind_back(
+                scratch, [path for path in sorted(self.bwrap_dirs) if Path(path).is_relative_to(scratch)]
+            )
         if self.setpriv is None:
             outer += ["--unshare-user", "--"]
         else:
@@ -572,7 +574,12 @@ def _checked_setup(bwrap: str) -> _Setup:
     setup = _Setup(bwrap, setpriv, _hidden_directories(interpreter | bwrap_dirs), bwrap_dirs)
     try:
         version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=_CHECK_TIMEOUT_S)
-        result = _run(setup, SandboxLimits(timeout_s=_CHECK_TIMEOUT_S), _CHECK_SOURCE, json.dumps(list(setup.hidden)).encode() + b"\n")
+        result = _run(
+            setup,
+            SandboxLimits(timeout_s=_CHECK_TIMEOUT_S),
+            _CHECK_SOURCE,
+            json.dumps(list(setup.hidden)).encode() + b"\n",
+        )
     except OSError as error:
         raise RuntimeError(f"bubblewrap ({bwrap}) cannot run here: {error}.\n{_HINTS}") from None
     try:

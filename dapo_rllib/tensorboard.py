@@ -94,7 +94,13 @@ def evaluation_scalars(evaluation: dict | None) -> dict[str, float]:
     scalars = {}
     for source, metrics in (evaluation or {}).items():
         if source == ENV_RUNNER_RESULTS:
-            scalars.update({tag(Metrics.TIMING, Metrics.EVALUATION_S): v for k, v in _numeric_leaves(metrics) if k == Metrics.EVAL_TIME_S})
+            scalars.update(
+                {
+                    tag(Metrics.TIMING, Metrics.EVALUATION_S): v
+                    for k, v in _numeric_leaves(metrics)
+                    if k == Metrics.EVAL_TIME_S
+                }
+            )
         else:
             scalars.update({tag(EVALUATION_RESULTS, f"{source}/{k}"): v for k, v in _numeric_leaves(metrics)})
     return scalars

@@ -70,7 +70,9 @@ def json_dict(text: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e}): {text!r}; expected e.g. '{{\"training_iteration\": 20}}'") from None
+        raise argparse.ArgumentTypeError(
+            f"not JSON ({e}): {text!r}; expected e.g. '{{\"training_iteration\": 20}}'"
+        ) from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object like '{{\"training_iteration\": 20}}', got {text!r}")
     return value
@@ -78,15 +80,48 @@ def json_dict(text: str) -> dict:
 
 def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Options shared by `rllib train file` and `python <tuned example>`."""
-    parser.add_argument("--stop", type=json_dict, default=None, help='stop criteria as JSON, e.g. \'{"training_iteration": 20}\' (default: the file\'s `stop`)')
-    parser.add_argument("--config", dest="config_overrides", type=json_dict, default=None, help='settings that replace the file\'s, as JSON, e.g. \'{"lr": 1e-5, "num_env_runners": 0}\'')
-    parser.add_argument("--no-tune", action="store_true", help="train in this process instead of as a Ray Tune experiment")
-    parser.add_argument("--storage-path", default="runs", help="parent directory of the run directory: a path every node can reach, or a URI such as s3://bucket/runs (default: ./runs)")
+    parser.add_argument(
+        "--stop",
+        type=json_dict,
+        default=None,
+        help="stop criteria as JSON, e.g. '{\"training_iteration\": 20}' (default: the file's `stop`)",
+    )
+    parser.add_argument(
+        "--config",
+        dest="config_overrides",
+        type=json_dict,
+        default=None,
+        help='settings that replace the file\'s, as JSON, e.g. \'{"lr": 1e-5, "num_env_runners": 0}\'',
+    )
+    parser.add_argument(
+        "--no-tune", action="store_true", help="train in this process instead of as a Ray Tune experiment"
+    )
+    parser.add_argument(
+        "--storage-path",
+        default="runs",
+        help="parent directory of the run directory: a path every node can reach, or a URI such as s3://bucket/runs (default: ./runs)",
+    )
     parser.add_argument("--name", default=None, help="run (experiment) name; default <Algorithm>_<date>_<time>")
-    parser.add_argument("--checkpoint-freq", type=int, default=0, help="save a checkpoint every N iterations (0: never)")
-    parser.add_argument("--checkpoint-at-end", action=argparse.BooleanOptionalAction, default=True, help="save a checkpoint when the run stops (default: on)")
-    parser.add_argument("--num-samples", type=int, default=1, help="Tune: samples of the config's search space (each grid point this many times)")
-    parser.add_argument("--restore", default=None, help="checkpoint (directory or URI) to resume from: iteration counter, weights, optimizer, data position")
+    parser.add_argument(
+        "--checkpoint-freq", type=int, default=0, help="save a checkpoint every N iterations (0: never)"
+    )
+    parser.add_argument(
+        "--checkpoint-at-end",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="save a checkpoint when the run stops (default: on)",
+    )
+    parser.add_argument(
+        "--num-samples",
+        type=int,
+        default=1,
+        help="Tune: samples of the config's search space (each grid point this many times)",
+    )
+    parser.add_argument(
+        "--restore",
+        default=None,
+        help="checkpoint (directory or URI) to resume from: iteration counter, weights, optimizer, data position",
+    )
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all)")
     return parser
 
@@ -186,14 +221,20 @@ def local_checkpoint(path: str) -> str:
 
 def search_space_keys(config: AlgorithmConfig) -> list[str]:
     """Settings of `config` that Tune samples (grid_search, choice, ...)."""
-    return [k for k, v in config.to_dict().items() if isinstance(v, Domain) or (isinstance(v, dict) and "grid_search" in v)]
+    return [
+        k for k, v in config.to_dict().items() if isinstance(v, Domain) or (isinstance(v, dict) and "grid_search" in v)
+    ]
 
 
-def train(config: AlgorithmConfig, opts: TrainOptions, after_run: Callable[[list[TrialOutcome], Path], Any] | None = None) -> list[TrialOutcome]:
+def train(
+    config: AlgorithmConfig, opts: TrainOptions, after_run: Callable[[list[TrialOutcome], Path], Any] | None = None
+) -> list[TrialOutcome]:
     """Run `config` until `opts.stop`; print the trial table and where everything went, then
     call `after_run(outcomes, run_dir)` (a train file's, see `ConfigFile`)."""
     if not opts.stop:
-        raise ValueError("no stop criteria: pass --stop '{\"training_iteration\": N}' or define `stop` in the config file")
+        raise ValueError(
+            "no stop criteria: pass --stop '{\"training_iteration\": N}' or define `stop` in the config file"
+        )
     if opts.restore is not None and not _exists(opts.restore):
         raise FileNotFoundError(f"checkpoint to restore {opts.restore!r} does not exist")
     if opts.config_overrides:
@@ -212,7 +253,9 @@ def train(config: AlgorithmConfig, opts: TrainOptions, after_run: Callable[[list
     searched = search_space_keys(config)
     if opts.no_tune:
         if searched or opts.num_samples != 1:
-            raise ValueError(f"--no-tune trains one config; the search space over {searched} (num_samples={opts.num_samples}) needs Ray Tune (drop --no-tune)")
+            raise ValueError(
+                f"--no-tune trains one config; the search space over {searched} (num_samples={opts.num_samples}) needs Ray Tune (drop --no-tune)"
+            )
         outcomes = [_train_in_process(config, opts, run_dir, remote)]
     else:
         outcomes = _train_with_tune(config, opts, storage, name, searched)
@@ -241,7 +284,9 @@ def _is_dapo(config: AlgorithmConfig) -> bool:
     return isinstance(config, DAPOConfig)
 
 
-def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path, remote: str | None = None) -> TrialOutcome:
+def _train_in_process(
+    config: AlgorithmConfig, opts: TrainOptions, run_dir: Path, remote: str | None = None
+) -> TrialOutcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     config = config.copy(copy_frozen=False)
     if _is_dapo(config):
@@ -276,7 +321,14 @@ def _train_in_process(config: AlgorithmConfig, opts: TrainOptions, run_dir: Path
             last.update(flatten_dict({EVALUATION_RESULTS: final}))
     finally:
         algo.stop()
-    return TrialOutcome(name=run_dir.name, params={}, iterations=iteration, logdir=remote or str(run_dir), checkpoint=checkpoint, last=last)
+    return TrialOutcome(
+        name=run_dir.name,
+        params={},
+        iterations=iteration,
+        logdir=remote or str(run_dir),
+        checkpoint=checkpoint,
+        last=last,
+    )
 
 
 def _reported(flat: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +365,9 @@ def _restore_on_init(checkpoint: str, algorithm, **kwargs) -> None:
     _restore(algorithm, checkpoint)  # in the trial, on whichever node
 
 
-def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, storage: str, name: str, searched: list[str]) -> list[TrialOutcome]:
+def _train_with_tune(
+    config: AlgorithmConfig, opts: TrainOptions, storage: str, name: str, searched: list[str]
+) -> list[TrialOutcome]:
     if opts.restore:
         restore = opts.restore if is_uri(opts.restore) else str(Path(opts.restore).resolve())
         config = config.copy(copy_frozen=False).callbacks(on_algorithm_init=partial(_restore_on_init, restore))
@@ -325,7 +379,9 @@ def _train_with_tune(config: AlgorithmConfig, opts: TrainOptions, storage: str, 
             name=name,
             storage_path=storage,
             stop=opts.stop,
-            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=opts.checkpoint_freq, checkpoint_at_end=opts.checkpoint_at_end),
+            checkpoint_config=tune.CheckpointConfig(
+                checkpoint_frequency=opts.checkpoint_freq, checkpoint_at_end=opts.checkpoint_at_end
+            ),
             callbacks=[IterationSummary(), TensorBoardCallback()],
             verbose=1,
         ),
@@ -360,7 +416,13 @@ def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Pat
     """The trial table, the eval accuracy line, and where logs, plot and checkpoints went
     (`run_dir`: the local run directory; `remote`: the URI it is uploaded to, if any)."""
     validated = sorted({name for o in outcomes for name in o.eval_before | o.eval_after})
-    columns = ["trial", *searched, "iters", *(f"{name} {when}" for name in validated for when in ("before", "after")), "episode return"]
+    columns = [
+        "trial",
+        *searched,
+        "iters",
+        *(f"{name} {when}" for name in validated for when in ("before", "after")),
+        "episode return",
+    ]
     rows = [
         [
             o.name,
@@ -373,7 +435,13 @@ def print_report(outcomes: list[TrialOutcome], searched: list[str], run_dir: Pat
     ]
     print("\n" + format_table([columns, *rows]))
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "trials.json").write_text(json.dumps([o.__dict__ | {"last": {k: _jsonable(v) for k, v in o.last.items()}} for o in outcomes], indent=1, default=str))
+    (run_dir / "trials.json").write_text(
+        json.dumps(
+            [o.__dict__ | {"last": {k: _jsonable(v) for k, v in o.last.items()}} for o in outcomes],
+            indent=1,
+            default=str,
+        )
+    )
     print()
     print(f"run directory:  {remote or run_dir}  (trial table: trials.json)")
     # Tune trials' event files went to the storage path (Tune syncs them there), an in-process
@@ -398,7 +466,9 @@ def _jsonable(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def run_example(config: AlgorithmConfig, stop: dict[str, float], after_run: Callable[[list[TrialOutcome], Path], Any] | None = None) -> list[TrialOutcome]:
+def run_example(
+    config: AlgorithmConfig, stop: dict[str, float], after_run: Callable[[list[TrialOutcome], Path], Any] | None = None
+) -> list[TrialOutcome]:
     """Entry point of a tuned example file: `python <file> [train options]`."""
     parser = argparse.ArgumentParser(description="Train this tuned example (options as for `rllib train file`).")
     return train(config, TrainOptions.from_args(add_train_options(parser).parse_args(), stop), after_run)

@@ -41,7 +41,8 @@ def heldout_results(config, group) -> dict[str, Any]:
     start = time.perf_counter()
     # Each runner holds a shard of the problems: one that does not answer must not shrink the set.
     shards = on_env_runners(
-        group, lambda runner: runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems)
+        group,
+        lambda runner: runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems),
     )
     problems = sorted((record for shard in shards for record in shard), key=lambda r: r.problem_index)
     results: dict[str, Any] = eval_metrics.summarize(problems)

@@ -161,7 +161,6 @@ class BucketAssembler:
         return sorted(self._partial)
 
 
-
 def stream_weights(learner_group, targets: list[tuple[Any, list[int] | None]], bucket_bytes: int) -> int:
     """Stream the learner's weights into the vLLM engines of `targets`, `(env runner group, ids
     or None for all)` pairs, and return the number of buckets once every engine holds them.

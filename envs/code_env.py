@@ -109,6 +109,7 @@ def _checked_max_workers(max_workers: Any) -> int | None:
     if max_workers is None:
         return None
     if isinstance(max_workers, bool) or not isinstance(max_workers, numbers.Integral) or max_workers <= 0:
-        raise ValueError(f"CodeEnv 'max_workers' must be a positive int or None (the sandbox's default), got {max_workers!r}")
+        raise ValueError(
+            f"CodeEnv 'max_workers' must be a positive int or None (the sandbox's default), got {max_workers!r}"
+        )
     return int(max_workers)
-

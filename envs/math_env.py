@@ -121,4 +121,3 @@ def _resolve_scorers(problems: list[MathProblem], choice: Any, dataset: Any) -> 
             raise ValueError(f"MathEnv dataset {dataset!r}: {error}") from error
         scorer_by_source[data_source] = scorer
     return scorer_by_source
-

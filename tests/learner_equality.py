@@ -65,7 +65,11 @@ def uneven_batch(model_path: str, num_groups: int = 4, seed: int = 0) -> dict[st
     }
     learner = build_learner(model_path)
     with torch.no_grad():
-        logp = learner.module[DEFAULT_MODULE_ID].forward_inference({k: torch.as_tensor(v) for k, v in batch.items()})[Columns.LOGP].numpy()
+        logp = (
+            learner.module[DEFAULT_MODULE_ID]
+            .forward_inference({k: torch.as_tensor(v) for k, v in batch.items()})[Columns.LOGP]
+            .numpy()
+        )
     batch[Columns.OLD_LOGP] = (logp + rng.normal(scale=0.3, size=logp.shape) * response_mask).astype(np.float32)
     return batch
 
@@ -75,7 +79,9 @@ def one_step(learner, batch: dict[str, np.ndarray]) -> dict:
     step on `batch` (one mini-batch)."""
     n = len(batch[Columns.OBS])
     samples = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(dict(batch))}, env_steps=n)
-    results = learner.update(batch=samples, timesteps={}, minibatch_size=n, num_epochs=1, shuffle_batch_per_epoch=False)[DEFAULT_MODULE_ID]
+    results = learner.update(
+        batch=samples, timesteps={}, minibatch_size=n, num_epochs=1, shuffle_batch_per_epoch=False
+    )[DEFAULT_MODULE_ID]
     out = {key: float(results[key].peek()) for key in (Metrics.POLICY_LOSS, Metrics.GRAD_NORM, Metrics.MICRO_BATCHES)}
     # The whole parameters (gathered if ZeRO-3 shards them), as checkpoints and weight sync see them.
     module_state = learner.get_state(components="rl_module")["rl_module"][DEFAULT_MODULE_ID]
@@ -83,14 +89,21 @@ def one_step(learner, batch: dict[str, np.ndarray]) -> dict:
     if learner.config.deepspeed_config is None:
         # The step's gradients stay on the parameters until the next step zeroes them (ZeRO
         # keeps its own, partitioned).
-        out["grads"] = {name: p.grad.detach().clone() for name, p in learner.module[DEFAULT_MODULE_ID].unwrapped().model.named_parameters()}
+        out["grads"] = {
+            name: p.grad.detach().clone()
+            for name, p in learner.module[DEFAULT_MODULE_ID].unwrapped().model.named_parameters()
+        }
     return out
 
 
-def data_parallel_worker(rank: int, world_size: int, port: int, model_path: str, batch: dict, runs: list[dict], out_dir: str) -> None:
+def data_parallel_worker(
+    rank: int, world_size: int, port: int, model_path: str, batch: dict, runs: list[dict], out_dir: str
+) -> None:
     """Rank `rank` of `world_size` learners: one step per entry of `runs` on its contiguous
     share of whole groups; rank 0 saves the results as out_dir/results.pt."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
     rows = len(batch[Columns.OBS]) // world_size
     share = {k: v[rank * rows : (rank + 1) * rows] for k, v in batch.items()}

@@ -52,9 +52,15 @@ def _resolved(config):
 
 
 def test_search_space_is_one_trial_per_stage_and_seed_with_the_stage_settings(tiny_model_path):
-    base = DAPOConfig().environment("dapo_math", env_config={"dataset": "arithmetic"}).training(model_path=tiny_model_path, max_response_length=32)
+    base = (
+        DAPOConfig()
+        .environment("dapo_math", env_config={"dataset": "arithmetic"})
+        .training(model_path=tiny_model_path, max_response_length=32)
+    )
     trials = _resolved(ablation_search_space(base, seeds=2, soft_overlong_buffer=8))
-    assert sorted((t[STAGE_KEY], t["seed"]) for t in trials) == sorted((s, seed) for s in STAGE_NAMES for seed in (0, 1))
+    assert sorted((t[STAGE_KEY], t["seed"]) for t in trials) == sorted(
+        (s, seed) for s in STAGE_NAMES for seed in (0, 1)
+    )
     table = stages(soft_overlong_buffer=8)
     for trial in trials:
         assert {k: trial[k] for k in NAIVE_GRPO} == table[trial[STAGE_KEY]]
@@ -104,7 +110,11 @@ def test_report_rows_are_means_over_seeds_and_name_trials_without_results(tmp_pa
     markdown, png, missing = write_report(trials, tmp_path, metric=METRIC, target=0.5)
     assert missing == ["crashed"]
     text = markdown.read_text()
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ") and "---" not in line}
+    rows = {
+        line.split(" | ")[0].strip("| "): line.split(" | ")
+        for line in text.splitlines()
+        if line.startswith("| ") and "---" not in line
+    }
     grpo, dapo = rows["naive GRPO"], rows["+ dynamic sampling"]
     # final 0.5 and 0.3: mean 0.4, std 0.1; best 0.5 and 0.6: mean 0.55
     assert grpo[1:4] == ["2", "0.400 ± 0.100", "0.550"]

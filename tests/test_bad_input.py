@@ -30,7 +30,10 @@ def _row(**changes):
 
 def _write_lines(path: Path, lines) -> Path:
     """jsonl of `lines`: dicts as JSON, str as written, bytes as raw bytes."""
-    data = b"".join(line if isinstance(line, bytes) else (json.dumps(line) if isinstance(line, dict) else line).encode() + b"\n" for line in lines)
+    data = b"".join(
+        line if isinstance(line, bytes) else (json.dumps(line) if isinstance(line, dict) else line).encode() + b"\n"
+        for line in lines
+    )
     path.write_bytes(data)
     return path
 
@@ -46,32 +49,138 @@ def _raises(error, patterns, call):
 # --- math dataset rows: (id, jsonl lines, error, patterns the message must match) ----------
 
 MATH_ROWS = [
-    ("no prompt column", [_row(prompt=...)], ValueError, [r"has no 'prompt' column", r"required: prompt, reward_model", r"columns found: \['data_source', 'reward_model'\]"]),
-    ("no reward_model column", [_row(reward_model=...)], ValueError, [r"has no 'reward_model' column", r"required: prompt, reward_model"]),
-    ("one row without prompt", [_row(), _row(prompt=...)], ValueError, [r"^row 1 of .*: prompt must be a non-empty list of \{'role', 'content'\} messages, got NoneType None"]),
-    ("reward_model without ground_truth", [_row(reward_model={"style": "rule"})], ValueError, [r"^row 0 of .*: reward_model must be a dict with a 'ground_truth' key, got \{'style': 'rule'\}"]),
-    ("reward_model not a dict", [_row(reward_model="2")], ValueError, [r"reward_model must be a dict with a 'ground_truth' key, got '2'"]),
-    ("ground truth null", [_row(reward_model={"ground_truth": None})], ValueError, [r"ground truth is missing \(got None\); expected a string or a number"]),
-    ("ground truth empty", [_row(reward_model={"ground_truth": "  "})], ValueError, [r"ground truth is empty \(got '  '\); expected the reference answer"]),
-    ("ground truth a list", [_row(reward_model={"ground_truth": ["1", "2"]})], TypeError, [r"ground truth must be a string or a number, got list \['1', '2'\]"]),
-    ("ground truth a dict", [_row(reward_model={"ground_truth": {"a": 1}})], TypeError, [r"ground truth must be a string or a number, got dict \{'a': 1\}"]),
-    ("ground truth a bool", [_row(reward_model={"ground_truth": True})], TypeError, [r"ground truth must be a string or a number, got bool True"]),
-    ("empty prompt list", [_row(prompt=[])], ValueError, [r"prompt must be a non-empty list of \{'role', 'content'\} messages, got list \[\]"]),
-    ("empty prompt text", [_row(prompt=[{"role": USER, "content": ""}])], ValueError, [r"prompt has no text", r"got \[\{'role': 'user', 'content': ''\}\]", r"expected the problem statement"]),
-    ("whitespace prompt text", [_row(prompt=[{"role": "system", "content": " "}, {"role": USER, "content": "\n"}])], ValueError, [r"prompt has no text", r"'content': '\\n'"]),
-    ("prompt a number", [_row(prompt=42)], ValueError, [r"prompt must be a non-empty list of \{'role', 'content'\} messages, got int 42"]),
+    (
+        "no prompt column",
+        [_row(prompt=...)],
+        ValueError,
+        [
+            r"has no 'prompt' column",
+            r"required: prompt, reward_model",
+            r"columns found: \['data_source', 'reward_model'\]",
+        ],
+    ),
+    (
+        "no reward_model column",
+        [_row(reward_model=...)],
+        ValueError,
+        [r"has no 'reward_model' column", r"required: prompt, reward_model"],
+    ),
+    (
+        "one row without prompt",
+        [_row(), _row(prompt=...)],
+        ValueError,
+        [r"^row 1 of .*: prompt must be a non-empty list of \{'role', 'content'\} messages, got NoneType None"],
+    ),
+    (
+        "reward_model without ground_truth",
+        [_row(reward_model={"style": "rule"})],
+        ValueError,
+        [r"^row 0 of .*: reward_model must be a dict with a 'ground_truth' key, got \{'style': 'rule'\}"],
+    ),
+    (
+        "reward_model not a dict",
+        [_row(reward_model="2")],
+        ValueError,
+        [r"reward_model must be a dict with a 'ground_truth' key, got '2'"],
+    ),
+    (
+        "ground truth null",
+        [_row(reward_model={"ground_truth": None})],
+        ValueError,
+        [r"ground truth is missing \(got None\); expected a string or a number"],
+    ),
+    (
+        "ground truth empty",
+        [_row(reward_model={"ground_truth": "  "})],
+        ValueError,
+        [r"ground truth is empty \(got '  '\); expected the reference answer"],
+    ),
+    (
+        "ground truth a list",
+        [_row(reward_model={"ground_truth": ["1", "2"]})],
+        TypeError,
+        [r"ground truth must be a string or a number, got list \['1', '2'\]"],
+    ),
+    (
+        "ground truth a dict",
+        [_row(reward_model={"ground_truth": {"a": 1}})],
+        TypeError,
+        [r"ground truth must be a string or a number, got dict \{'a': 1\}"],
+    ),
+    (
+        "ground truth a bool",
+        [_row(reward_model={"ground_truth": True})],
+        TypeError,
+        [r"ground truth must be a string or a number, got bool True"],
+    ),
+    (
+        "empty prompt list",
+        [_row(prompt=[])],
+        ValueError,
+        [r"prompt must be a non-empty list of \{'role', 'content'\} messages, got list \[\]"],
+    ),
+    (
+        "empty prompt text",
+        [_row(prompt=[{"role": USER, "content": ""}])],
+        ValueError,
+        [r"prompt has no text", r"got \[\{'role': 'user', 'content': ''\}\]", r"expected the problem statement"],
+    ),
+    (
+        "whitespace prompt text",
+        [_row(prompt=[{"role": "system", "content": " "}, {"role": USER, "content": "\n"}])],
+        ValueError,
+        [r"prompt has no text", r"'content': '\\n'"],
+    ),
+    (
+        "prompt a number",
+        [_row(prompt=42)],
+        ValueError,
+        [r"prompt must be a non-empty list of \{'role', 'content'\} messages, got int 42"],
+    ),
     ("prompt a string", [_row(prompt="What is 1 + 1?")], ValueError, [r"messages, got str 'What is 1 \+ 1\?'"]),
-    ("prompt a list of non-messages", [_row(prompt=["What is", "1 + 1?"])], ValueError, [r"each prompt message must be a dict with string 'role' and 'content', got 'What is'"]),
-    ("message without content", [_row(prompt=[{"role": USER}])], ValueError, [r"with string 'role' and 'content', got \{'role': 'user'\}"]),
-    ("message content a number", [_row(prompt=[{"role": USER, "content": 7}])], ValueError, [r"with string 'role' and 'content', got \{'role': 'user', 'content': 7\}"]),
-    ("data_source a list", [_row(data_source=["math"])], TypeError, [r"^row 0 of .*: data_source must be a string, got list \['math'\]"]),
-    ("line not a JSON object", [_row(), "[1, 2]"], ValueError, [r"line 2 of .* is a JSON list, expected a JSON object \(one row per line\)"]),
+    (
+        "prompt a list of non-messages",
+        [_row(prompt=["What is", "1 + 1?"])],
+        ValueError,
+        [r"each prompt message must be a dict with string 'role' and 'content', got 'What is'"],
+    ),
+    (
+        "message without content",
+        [_row(prompt=[{"role": USER}])],
+        ValueError,
+        [r"with string 'role' and 'content', got \{'role': 'user'\}"],
+    ),
+    (
+        "message content a number",
+        [_row(prompt=[{"role": USER, "content": 7}])],
+        ValueError,
+        [r"with string 'role' and 'content', got \{'role': 'user', 'content': 7\}"],
+    ),
+    (
+        "data_source a list",
+        [_row(data_source=["math"])],
+        TypeError,
+        [r"^row 0 of .*: data_source must be a string, got list \['math'\]"],
+    ),
+    (
+        "line not a JSON object",
+        [_row(), "[1, 2]"],
+        ValueError,
+        [r"line 2 of .* is a JSON list, expected a JSON object \(one row per line\)"],
+    ),
     ("malformed JSON", [_row(), '{"prompt": '], ValueError, [r"malformed JSON on line 2 of "]),
-    ("non-UTF-8 bytes", [_row(), b'{"prompt": "caf\xe9"}'], ValueError, [r"line 2 of .* is not valid UTF-8 \(byte 0xe9 at byte 16 of the line\); expected a UTF-8 text file"]),
+    (
+        "non-UTF-8 bytes",
+        [_row(), b'{"prompt": "caf\xe9"}'],
+        ValueError,
+        [r"line 2 of .* is not valid UTF-8 \(byte 0xe9 at byte 16 of the line\); expected a UTF-8 text file"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("lines", "error", "patterns"), [row[1:] for row in MATH_ROWS], ids=[row[0] for row in MATH_ROWS])
+@pytest.mark.parametrize(
+    ("lines", "error", "patterns"), [row[1:] for row in MATH_ROWS], ids=[row[0] for row in MATH_ROWS]
+)
 def test_bad_math_row(tmp_path, lines, error, patterns):
     path = _write_lines(tmp_path / "bad.jsonl", lines)
     excinfo = _raises(error, patterns, lambda: load_math_dataset(path))
@@ -100,14 +209,28 @@ FILES = [
     ("missing file", "missing.jsonl", None, FileNotFoundError, [r"math dataset file not found: .*missing\.jsonl"]),
     ("empty jsonl", "empty.jsonl", b"", ValueError, [r"math dataset file .*empty\.jsonl contains no rows"]),
     ("blank-lines jsonl", "blank.jsonl", b"\n  \n", ValueError, [r"contains no rows"]),
-    ("unsupported suffix", "data.csv", b"prompt,answer\n", ValueError, [r"unsupported math dataset file suffix '\.csv'", r"supported suffixes: \.parquet, \.jsonl"]),
+    (
+        "unsupported suffix",
+        "data.csv",
+        b"prompt,answer\n",
+        ValueError,
+        [r"unsupported math dataset file suffix '\.csv'", r"supported suffixes: \.parquet, \.jsonl"],
+    ),
     ("empty parquet", "empty.parquet", b"", ValueError, [r"empty\.parquet is an empty file"]),
     ("not parquet", "text.parquet", b"prompt,answer\n", ValueError, [r"cannot read .*text\.parquet as parquet"]),
-    ("non-UTF-8 parquet string", "latin1.parquet", _parquet_with_invalid_utf8, ValueError, [r"column 'prompt', row 0 of .*latin1\.parquet is not valid UTF-8 \(byte 0xe9\); expected UTF-8 strings"]),
+    (
+        "non-UTF-8 parquet string",
+        "latin1.parquet",
+        _parquet_with_invalid_utf8,
+        ValueError,
+        [r"column 'prompt', row 0 of .*latin1\.parquet is not valid UTF-8 \(byte 0xe9\); expected UTF-8 strings"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "content", "error", "patterns"), [row[1:] for row in FILES], ids=[row[0] for row in FILES])
+@pytest.mark.parametrize(
+    ("name", "content", "error", "patterns"), [row[1:] for row in FILES], ids=[row[0] for row in FILES]
+)
 def test_bad_dataset_file(tmp_path, name, content, error, patterns):
     path = tmp_path / name
     if callable(content):
@@ -120,20 +243,53 @@ def test_bad_dataset_file(tmp_path, name, content, error, patterns):
 # --- environment config: (id, config, error, patterns) --------------------------------------
 
 ENV_CONFIGS = [
-    ("unknown config key", {"num_problem": 3}, ValueError, [r"unknown MathEnv config keys \['num_problem'\]; valid keys: \[.*'num_problems'"]),
-    ("dataset not a path", {"dataset": 5}, TypeError, [r"MathEnv 'dataset' must be 'arithmetic' or a file path, got int 5"]),
-    ("num_problems with a file", {"dataset": "FILE", "num_problems": 3}, ValueError, [r"'num_problems' applies to the 'arithmetic' dataset only, not to file '.*good\.jsonl'"]),
-    ("data_source without a scorer", {"dataset": "GSM8K_FILE"}, ValueError, [r"no default scorer for data_source 'gsm8k'", r"data sources with a default: \['arithmetic', 'math_dapo', 'scratchpad_sums'\]"]),
+    (
+        "unknown config key",
+        {"num_problem": 3},
+        ValueError,
+        [r"unknown MathEnv config keys \['num_problem'\]; valid keys: \[.*'num_problems'"],
+    ),
+    (
+        "dataset not a path",
+        {"dataset": 5},
+        TypeError,
+        [r"MathEnv 'dataset' must be 'arithmetic' or a file path, got int 5"],
+    ),
+    (
+        "num_problems with a file",
+        {"dataset": "FILE", "num_problems": 3},
+        ValueError,
+        [r"'num_problems' applies to the 'arithmetic' dataset only, not to file '.*good\.jsonl'"],
+    ),
+    (
+        "data_source without a scorer",
+        {"dataset": "GSM8K_FILE"},
+        ValueError,
+        [
+            r"no default scorer for data_source 'gsm8k'",
+            r"data sources with a default: \['arithmetic', 'math_dapo', 'scratchpad_sums'\]",
+        ],
+    ),
     ("unknown scorer", {"scorer": "no_such_scorer"}, ValueError, [r"no_such_scorer"]),
-    ("bad score_timeout_s", {"score_timeout_s": -1}, ValueError, [r"'score_timeout_s' must be a finite number of seconds > 0.*got -1"]),
+    (
+        "bad score_timeout_s",
+        {"score_timeout_s": -1},
+        ValueError,
+        [r"'score_timeout_s' must be a finite number of seconds > 0.*got -1"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("config", "error", "patterns"), [row[1:] for row in ENV_CONFIGS], ids=[row[0] for row in ENV_CONFIGS])
+@pytest.mark.parametrize(
+    ("config", "error", "patterns"), [row[1:] for row in ENV_CONFIGS], ids=[row[0] for row in ENV_CONFIGS]
+)
 def test_bad_env_config(tmp_path, config, error, patterns):
     from envs.math_env import MathEnv
 
-    files = {"FILE": _write_lines(tmp_path / "good.jsonl", [_row()]), "GSM8K_FILE": _write_lines(tmp_path / "gsm8k.jsonl", [_row(data_source="gsm8k")])}
+    files = {
+        "FILE": _write_lines(tmp_path / "good.jsonl", [_row()]),
+        "GSM8K_FILE": _write_lines(tmp_path / "gsm8k.jsonl", [_row(data_source="gsm8k")]),
+    }
     config = {k: str(files[v]) if isinstance(v, str) and v in files else v for k, v in config.items()}
     _raises(error, patterns, lambda: MathEnv(config))
 
@@ -142,7 +298,11 @@ def test_bad_env_config(tmp_path, config, error, patterns):
 
 CODE_ROWS = [
     ("code task without tests", {"prompt": GOOD_PROMPT}, [r"^row 0 of .*tasks\.jsonl", r"tests"]),
-    ("code task with an empty test list", {"prompt": GOOD_PROMPT, "tests": []}, [r"^row 0 of .*tasks\.jsonl", r"non-empty list"]),
+    (
+        "code task with an empty test list",
+        {"prompt": GOOD_PROMPT, "tests": []},
+        [r"^row 0 of .*tasks\.jsonl", r"non-empty list"],
+    ),
 ]
 
 
@@ -189,7 +349,9 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated_and_counted(tiny_mode
     limit = len(render_prompt_ids(tokenizer, GOOD_PROMPT))
     assert len(full) > limit
     # Only what _prompt_ids reads: no vLLM engine is built.
-    runner = SimpleNamespace(tokenizer=tokenizer, config=SimpleNamespace(max_prompt_length=limit), metrics=MetricsLogger())
+    runner = SimpleNamespace(
+        tokenizer=tokenizer, config=SimpleNamespace(max_prompt_length=limit), metrics=MetricsLogger()
+    )
     runner._fitted_prompt = lambda messages: VLLMEnvRunner._fitted_prompt(runner, messages)
     assert VLLMEnvRunner._prompt_ids(runner, GOOD_PROMPT) == render_prompt_ids(tokenizer, GOOD_PROMPT)
     assert runner.metrics.peek(Metrics.PROMPTS_TRUNCATED, default=0) == 0
@@ -221,9 +383,15 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
             problems = load_math_dataset(self.config.eval_dataset)
             return [
                 EvalRecord(
-                    problem_index=p.index, data_source=p.data_source, ground_truth=p.ground_truth, acc=[False] * num_samples,
-                    pred=[None] * num_samples, length=[1] * num_samples, truncated=[False] * num_samples,
-                    timed_out=[False] * num_samples, prompt_truncated=fitted_prompt(self, p.messages)[1],
+                    problem_index=p.index,
+                    data_source=p.data_source,
+                    ground_truth=p.ground_truth,
+                    acc=[False] * num_samples,
+                    pred=[None] * num_samples,
+                    length=[1] * num_samples,
+                    truncated=[False] * num_samples,
+                    timed_out=[False] * num_samples,
+                    prompt_truncated=fitted_prompt(self, p.messages)[1],
                 )
                 for p in problems
             ]
@@ -232,16 +400,28 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
             pass
 
     monkeypatch.setattr(env_runner, "VLLMEnvRunner", PromptOnlyRunner)
-    data = _write_lines(tmp_path / "eval.jsonl", [_row(), _row(prompt=[{"role": USER, "content": "1 + " * 40 + "1 = ?"}])])
+    data = _write_lines(
+        tmp_path / "eval.jsonl", [_row(), _row(prompt=[{"role": USER, "content": "1 + " * 40 + "1 = ?"}])]
+    )
     from transformers import AutoTokenizer
 
     from dapo_rllib.data.prompts import render_prompt_ids
 
     limit = len(render_prompt_ids(AutoTokenizer.from_pretrained(tiny_model_path), GOOD_PROMPT))  # the short prompt fits
-    report = evaluate(tiny_model_path, data=str(data), num_samples=1, max_prompt_length=limit, max_response_length=8, out=tmp_path / "out.json")
+    report = evaluate(
+        tiny_model_path,
+        data=str(data),
+        num_samples=1,
+        max_prompt_length=limit,
+        max_response_length=8,
+        out=tmp_path / "out.json",
+    )
     assert report["prompts_left_truncated"] == 1
     assert json.loads((tmp_path / "out.json").read_text())["prompts_left_truncated"] == 1
-    assert f"1 of 2 prompts were longer than max_prompt_length={limit} tokens and were left-truncated" in capsys.readouterr().out
+    assert (
+        f"1 of 2 prompts were longer than max_prompt_length={limit} tokens and were left-truncated"
+        in capsys.readouterr().out
+    )
 
 
 # --- models and checkpoints -----------------------------------------------------------------
@@ -256,7 +436,9 @@ def ppo_checkpoint(tmp_path):
     path = tmp_path / "ppo_checkpoint"
     path.mkdir()
     with open(path / "class_and_ctor_args.pkl", "wb") as f:
-        pickle.dump({"class": PPO, "ctor_args_and_kwargs": ((PPOConfig().environment("CartPole-v1").get_state(),), {})}, f)
+        pickle.dump(
+            {"class": PPO, "ctor_args_and_kwargs": ((PPOConfig().environment("CartPole-v1").get_state(),), {})}, f
+        )
     return path
 
 
@@ -265,7 +447,11 @@ def test_dapo_config_with_a_missing_model_directory(tmp_path):
 
     missing = tmp_path / "no_model"
     config = DAPOConfig().training(model_path=str(missing))
-    _raises(ValueError, [rf"model_path='{missing}' is not a Hugging Face model directory \(no config\.json\)"], config.validate)
+    _raises(
+        ValueError,
+        [rf"model_path='{missing}' is not a Hugging Face model directory \(no config\.json\)"],
+        config.validate,
+    )
 
 
 def test_evaluate_a_missing_model_directory(tmp_path):
@@ -273,23 +459,37 @@ def test_evaluate_a_missing_model_directory(tmp_path):
     from dapo_rllib.evaluate import evaluate
 
     missing = tmp_path / "no_model"
-    _raises(FileNotFoundError, [rf"'{missing}' is neither a Hugging Face model directory \(config\.json\) nor an RLlib checkpoint \(class_and_ctor_args\.pkl\): it does not exist; expected e\.g\. runs/<run>/checkpoint_000040"],
-            lambda: evaluate(missing, data="arithmetic"))
+    _raises(
+        FileNotFoundError,
+        [
+            rf"'{missing}' is neither a Hugging Face model directory \(config\.json\) nor an RLlib checkpoint \(class_and_ctor_args\.pkl\): it does not exist; expected e\.g\. runs/<run>/checkpoint_000040"
+        ],
+        lambda: evaluate(missing, data="arithmetic"),
+    )
     assert main(["evaluate", str(missing), "--data", "arithmetic"]) == 2
 
 
 def test_export_a_directory_that_is_no_checkpoint(tmp_path):
     from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
 
-    _raises(FileNotFoundError, [r"'.*no_checkpoint' is not an RLlib algorithm checkpoint \(no class_and_ctor_args\.pkl\)", r"expected a directory written by Algorithm\.save_to_path"],
-            lambda: export_hf_model_from_checkpoint(tmp_path / "no_checkpoint", tmp_path / "out"))
+    _raises(
+        FileNotFoundError,
+        [
+            r"'.*no_checkpoint' is not an RLlib algorithm checkpoint \(no class_and_ctor_args\.pkl\)",
+            r"expected a directory written by Algorithm\.save_to_path",
+        ],
+        lambda: export_hf_model_from_checkpoint(tmp_path / "no_checkpoint", tmp_path / "out"),
+    )
 
 
 def test_export_another_algorithms_checkpoint(ppo_checkpoint, tmp_path):
     from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
 
-    _raises(ValueError, [r"'.*ppo_checkpoint' is a checkpoint of PPO, but export needs a DAPO checkpoint"],
-            lambda: export_hf_model_from_checkpoint(ppo_checkpoint, tmp_path / "out"))
+    _raises(
+        ValueError,
+        [r"'.*ppo_checkpoint' is a checkpoint of PPO, but export needs a DAPO checkpoint"],
+        lambda: export_hf_model_from_checkpoint(ppo_checkpoint, tmp_path / "out"),
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -297,16 +497,31 @@ def test_evaluate_another_algorithms_checkpoint_with_dapo_options(ppo_checkpoint
     """Without DAPO options a PPO checkpoint is evaluated with Algorithm.evaluate (supported)."""
     from dapo_rllib.evaluate import evaluate
 
-    _raises(ValueError, [r"\['data', 'num_samples'\] apply to DAPO checkpoints and model directories; '.*ppo_checkpoint' is a PPO checkpoint"],
-            lambda: evaluate(ppo_checkpoint, data="arithmetic", num_samples=4))
+    _raises(
+        ValueError,
+        [
+            r"\['data', 'num_samples'\] apply to DAPO checkpoints and model directories; '.*ppo_checkpoint' is a PPO checkpoint"
+        ],
+        lambda: evaluate(ppo_checkpoint, data="arithmetic", num_samples=4),
+    )
 
 
 @pytest.mark.parametrize(
     ("restore", "error", "patterns"),
     [
-        ("PPO", ValueError, [r"'.*ppo_checkpoint' is a checkpoint of PPO, but resuming a DAPO run \(--restore\) needs a DAPO checkpoint"]),
+        (
+            "PPO",
+            ValueError,
+            [
+                r"'.*ppo_checkpoint' is a checkpoint of PPO, but resuming a DAPO run \(--restore\) needs a DAPO checkpoint"
+            ],
+        ),
         ("missing", FileNotFoundError, [r"checkpoint to restore '.*missing' does not exist"]),
-        ("not a checkpoint", FileNotFoundError, [r"'.*not_a_checkpoint' is not an RLlib algorithm checkpoint \(no class_and_ctor_args\.pkl\)"]),
+        (
+            "not a checkpoint",
+            FileNotFoundError,
+            [r"'.*not_a_checkpoint' is not an RLlib algorithm checkpoint \(no class_and_ctor_args\.pkl\)"],
+        ),
     ],
     ids=["another algorithm's checkpoint", "missing checkpoint", "directory without a checkpoint"],
 )
@@ -316,7 +531,11 @@ def test_train_restore_refuses(ppo_checkpoint, tmp_path, restore, error, pattern
     from dapo_rllib.train import TrainOptions, train
 
     (tmp_path / "not_a_checkpoint").mkdir()
-    path = {"PPO": ppo_checkpoint, "missing": tmp_path / "missing", "not a checkpoint": tmp_path / "not_a_checkpoint"}[restore]
-    options = TrainOptions(stop={"training_iteration": 1}, restore=str(path), storage_path=str(tmp_path / "runs"), no_tune=True)
+    path = {"PPO": ppo_checkpoint, "missing": tmp_path / "missing", "not a checkpoint": tmp_path / "not_a_checkpoint"}[
+        restore
+    ]
+    options = TrainOptions(
+        stop={"training_iteration": 1}, restore=str(path), storage_path=str(tmp_path / "runs"), no_tune=True
+    )
     _raises(error, patterns, lambda: train(DAPOConfig(), options))
     assert not (tmp_path / "runs").exists()

@@ -24,14 +24,36 @@ FAST_EVAL = {"eval_max_problems": 16, "eval_num_samples": 2}
 
 # Every DAPO metric a user watches, under its TensorBoard name.
 TENSORBOARD_TAGS = [
-    "learner/policy_loss", "learner/entropy", "learner/pg_clipfrac_low", "learner/pg_clipfrac_high",
-    "learner/pg_clipfrac_dual", "learner/approx_kl", "learner/grad_norm", "learner/mean_token_prob", "learner/lr",
-    "rollout/reward_mean", "rollout/acc_mean", "rollout/response_length_mean", "rollout/response_length_max",
-    "rollout/truncation_ratio", "rollout/generation_rounds", "rollout/groups_kept", "rollout/scoring_timeouts",
-    "timing/generation_s", "timing/scoring_s", "timing/old_log_probs_s", "timing/update_s", "timing/weight_sync_s",
-    "timing/generation_tokens_per_s", "timing/iteration_s", "timing/evaluation_s",
-    "evaluation/arithmetic/avg@2", "evaluation/arithmetic/pass@2", "evaluation/arithmetic/maj@2",
-    "evaluation/arithmetic/truncation_ratio", "evaluation/arithmetic/response_length_mean",
+    "learner/policy_loss",
+    "learner/entropy",
+    "learner/pg_clipfrac_low",
+    "learner/pg_clipfrac_high",
+    "learner/pg_clipfrac_dual",
+    "learner/approx_kl",
+    "learner/grad_norm",
+    "learner/mean_token_prob",
+    "learner/lr",
+    "rollout/reward_mean",
+    "rollout/acc_mean",
+    "rollout/response_length_mean",
+    "rollout/response_length_max",
+    "rollout/truncation_ratio",
+    "rollout/generation_rounds",
+    "rollout/groups_kept",
+    "rollout/scoring_timeouts",
+    "timing/generation_s",
+    "timing/scoring_s",
+    "timing/old_log_probs_s",
+    "timing/update_s",
+    "timing/weight_sync_s",
+    "timing/generation_tokens_per_s",
+    "timing/iteration_s",
+    "timing/evaluation_s",
+    "evaluation/arithmetic/avg@2",
+    "evaluation/arithmetic/pass@2",
+    "evaluation/arithmetic/maj@2",
+    "evaluation/arithmetic/truncation_ratio",
+    "evaluation/arithmetic/response_length_mean",
 ]
 
 
@@ -53,8 +75,21 @@ def dapo_run(tiny_model_path, tmp_path_factory):
     """`rllib train file <tiny example> --no-tune` for 2 iterations, a checkpoint after each."""
     work = tmp_path_factory.mktemp("dapo_run")
     out = run_ok(
-        "train", "file", TINY, "--no-tune", "--stop", '{"training_iteration": 2}', "--checkpoint-freq", "1",
-        "--config", json.dumps(FAST_EVAL), "--name", "tiny", "--num-cpus", "2", cwd=work,
+        "train",
+        "file",
+        TINY,
+        "--no-tune",
+        "--stop",
+        '{"training_iteration": 2}',
+        "--checkpoint-freq",
+        "1",
+        "--config",
+        json.dumps(FAST_EVAL),
+        "--name",
+        "tiny",
+        "--num-cpus",
+        "2",
+        cwd=work,
     )
     return dict(out=out, run_dir=work / "runs" / "tiny")
 
@@ -64,8 +99,19 @@ def sweep_run(tiny_model_path, tmp_path_factory):
     """The sweep example through Ray Tune: 6 trials of 1 iteration, one at a time."""
     work = tmp_path_factory.mktemp("sweep")
     out = run_ok(
-        "train", "file", SWEEP, "--stop", '{"training_iteration": 1}', "--config", json.dumps(FAST_EVAL),
-        "--name", "sweep", "--num-cpus", "2", cwd=work, timeout=900,
+        "train",
+        "file",
+        SWEEP,
+        "--stop",
+        '{"training_iteration": 1}',
+        "--config",
+        json.dumps(FAST_EVAL),
+        "--name",
+        "sweep",
+        "--num-cpus",
+        "2",
+        cwd=work,
+        timeout=900,
     )
     return dict(out=out, run_dir=work / "runs" / "sweep")
 
@@ -92,7 +138,9 @@ def test_ppo_cartpole_trains_in_process_and_checkpoints(tmp_path):
 
 
 def test_ppo_cartpole_trains_as_a_tune_experiment(tmp_path):
-    out = run_ok("train", "file", PPO, "--stop", '{"training_iteration": 1}', "--name", "ppo", "--num-cpus", "2", cwd=tmp_path)
+    out = run_ok(
+        "train", "file", PPO, "--stop", '{"training_iteration": 1}', "--name", "ppo", "--num-cpus", "2", cwd=tmp_path
+    )
     assert "iter   1 | return" in out
     checkpoints = list((tmp_path / "runs" / "ppo").glob("PPO_*/checkpoint_*"))
     assert len(checkpoints) == 1, out[-3000:]
@@ -101,13 +149,42 @@ def test_ppo_cartpole_trains_as_a_tune_experiment(tmp_path):
 def test_a_storage_uri_receives_checkpoints_and_the_trial_table_and_resumes(tmp_path):
     # file:// stands in for s3:// or gs://: the same pyarrow filesystem path, no credentials.
     store = tmp_path / "store"
-    out = run_ok("train", "file", PPO, "--no-tune", "--stop", '{"training_iteration": 1}', "--name", "ppo", "--num-cpus", "2", "--storage-path", f"file://{store}", cwd=tmp_path)
+    out = run_ok(
+        "train",
+        "file",
+        PPO,
+        "--no-tune",
+        "--stop",
+        '{"training_iteration": 1}',
+        "--name",
+        "ppo",
+        "--num-cpus",
+        "2",
+        "--storage-path",
+        f"file://{store}",
+        cwd=tmp_path,
+    )
     assert (store / "ppo" / "checkpoint_000001" / "rllib_checkpoint.json").is_file()
     assert json.loads((store / "ppo" / "trials.json").read_text())[0]["iterations"] == 1
     assert f"run directory:  file://{store}/ppo" in out
     assert not any(tmp_path.glob("file:*")), "the URI must not become a local directory"
-    out = run_ok("train", "file", PPO, "--no-tune", "--stop", '{"training_iteration": 2}', "--name", "ppo2", "--num-cpus", "2",
-                 "--storage-path", f"file://{store}", "--restore", f"file://{store}/ppo/checkpoint_000001", cwd=tmp_path)
+    out = run_ok(
+        "train",
+        "file",
+        PPO,
+        "--no-tune",
+        "--stop",
+        '{"training_iteration": 2}',
+        "--name",
+        "ppo2",
+        "--num-cpus",
+        "2",
+        "--storage-path",
+        f"file://{store}",
+        "--restore",
+        f"file://{store}/ppo/checkpoint_000001",
+        cwd=tmp_path,
+    )
     assert "at iteration 1" in out and (store / "ppo2" / "checkpoint_000002").is_dir()
 
 
@@ -118,7 +195,10 @@ def test_a_storage_uri_receives_checkpoints_and_the_trial_table_and_resumes(tmp_
         (["train", "file", __file__], "must define an AlgorithmConfig named `config`"),
         (["train", "file", str(PPO), "--config", '{"lrr": 1}'], "unknown settings ['lrr']"),
         (["train", "file", str(PPO), "--stop", "[1]"], "expected a JSON object"),
-        (["evaluate", "nowhere"], "'nowhere' is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint"),
+        (
+            ["evaluate", "nowhere"],
+            "'nowhere' is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint",
+        ),
         (["plot", "nowhere"], "run directory 'nowhere' does not exist"),
     ],
 )
@@ -134,24 +214,48 @@ def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
     assert "iter   2 | acc" in out
     assert "validation arithmetic/avg@2: " in out
     assert "[DAPO] validation (" in out and "arithmetic: avg@2 " in out
-    for line in (f"run directory:  {run_dir}", f"TensorBoard:    tensorboard --logdir {run_dir}", f"plot:           {run_dir / 'dapo_curves.png'}"):
+    for line in (
+        f"run directory:  {run_dir}",
+        f"TensorBoard:    tensorboard --logdir {run_dir}",
+        f"plot:           {run_dir / 'dapo_curves.png'}",
+    ):
         assert line in out
     assert sorted(p.name for p in run_dir.glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
 
 
 def test_restore_repeats_iteration_two_from_the_checkpoint_of_iteration_one(dapo_run, tmp_path):
     out = run_ok(
-        "train", "file", TINY, "--no-tune", "--restore", dapo_run["run_dir"] / "checkpoint_000001", "--stop", '{"training_iteration": 2}',
-        "--config", json.dumps(FAST_EVAL), "--name", "resumed", "--num-cpus", "2", cwd=tmp_path,
+        "train",
+        "file",
+        TINY,
+        "--no-tune",
+        "--restore",
+        dapo_run["run_dir"] / "checkpoint_000001",
+        "--stop",
+        '{"training_iteration": 2}',
+        "--config",
+        json.dumps(FAST_EVAL),
+        "--name",
+        "resumed",
+        "--num-cpus",
+        "2",
+        cwd=tmp_path,
     )
     assert "at iteration 1" in out
     original = json.loads((dapo_run["run_dir"] / "trials.json").read_text())[0]["last"]
     resumed = json.loads((tmp_path / "runs" / "resumed" / "trials.json").read_text())[0]["last"]
     assert resumed["training_iteration"] == original["training_iteration"] == 2
     # Same prompts and completions (data position, seeds), same LR schedule position.
-    for key in ("rollout/acc_mean", "rollout/reward_mean", "rollout/response_length_mean", "learners/default_policy/default_optimizer_learning_rate"):
+    for key in (
+        "rollout/acc_mean",
+        "rollout/reward_mean",
+        "rollout/response_length_mean",
+        "learners/default_policy/default_optimizer_learning_rate",
+    ):
         assert resumed[key] == original[key], key
-    assert resumed["learners/default_policy/policy_loss"] == pytest.approx(original["learners/default_policy/policy_loss"], rel=1e-5)
+    assert resumed["learners/default_policy/policy_loss"] == pytest.approx(
+        original["learners/default_policy/policy_loss"], rel=1e-5
+    )
 
 
 def test_tensorboard_files_of_an_in_process_run_hold_every_dapo_metric(dapo_run):
@@ -222,13 +326,26 @@ def test_evaluate_a_checkpoint_on_another_dataset(dapo_run, tmp_path):
 def test_code_example_trains_on_sandboxed_rewards(tiny_code_model_path, tmp_path):
     """The code env inside a Ray env runner: generation, sandboxed scoring, update, validation."""
     out = run_ok(
-        "train", "file", CODE, "--no-tune", "--stop", '{"training_iteration": 1}', "--config", json.dumps(FAST_EVAL),
-        "--name", "code", "--num-cpus", "2", cwd=tmp_path,
+        "train",
+        "file",
+        CODE,
+        "--no-tune",
+        "--stop",
+        '{"training_iteration": 1}',
+        "--config",
+        json.dumps(FAST_EVAL),
+        "--name",
+        "code",
+        "--num-cpus",
+        "2",
+        cwd=tmp_path,
     )
     assert "iter   1 | acc" in out and "validation code_arithmetic/avg@2: " in out
     last = json.loads((tmp_path / "runs" / "code" / "trials.json").read_text())[0]["last"]
     assert last["rollout/groups_kept"] == 16
-    assert 0.0 <= last["evaluation/code_arithmetic/avg@2"] <= 1.0 and last["evaluation/code_arithmetic/num_problems"] == 16
+    assert (
+        0.0 <= last["evaluation/code_arithmetic/avg@2"] <= 1.0 and last["evaluation/code_arithmetic/num_problems"] == 16
+    )
 
 
 def test_data_convert_writes_dapo_rows_and_reports_drops(tmp_path):
@@ -259,11 +376,22 @@ def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_pat
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     for name, param in exported.state_dict().items():
         np.testing.assert_array_equal(param.numpy(), trained.state_dict()[name].numpy())
-    assert not np.array_equal(exported.state_dict()["model.embed_tokens.weight"].numpy(), base.state_dict()["model.embed_tokens.weight"].numpy())
+    assert not np.array_equal(
+        exported.state_dict()["model.embed_tokens.weight"].numpy(),
+        base.state_dict()["model.embed_tokens.weight"].numpy(),
+    )
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
     assert tokenizer.get_vocab() == AutoTokenizer.from_pretrained(tiny_model_path).get_vocab()
 
-    llm = LLM(model=str(out_dir), max_model_len=160, enforce_eager=True, gpu_memory_utilization=0.1, enable_chunked_prefill=False)
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 + 7?"}], add_generation_prompt=True, tokenize=False)
+    llm = LLM(
+        model=str(out_dir),
+        max_model_len=160,
+        enforce_eager=True,
+        gpu_memory_utilization=0.1,
+        enable_chunked_prefill=False,
+    )
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 12 + 7?"}], add_generation_prompt=True, tokenize=False
+    )
     completion = llm.generate([prompt], SamplingParams(max_tokens=16, temperature=0), use_tqdm=False)[0].outputs[0]
     assert len(completion.token_ids) > 0

@@ -62,7 +62,12 @@ def test_wrong_solution_gets_minus_one():
     _, reward, terminated, _, step_info = env.step(_wrong(env, info["problem_index"]))
     assert (reward, terminated) == (-1.0, True)
     assert set(step_info) == INFO_KEYS
-    assert (step_info["acc"], step_info["failure"], step_info["pred"], step_info["tests_passed"]) == (False, "wrong answer", "FFFF", 0)
+    assert (step_info["acc"], step_info["failure"], step_info["pred"], step_info["tests_passed"]) == (
+        False,
+        "wrong answer",
+        "FFFF",
+        0,
+    )
 
 
 def test_fraction_reward():
@@ -132,8 +137,14 @@ def test_file_dataset(tmp_path):
 
     env = _env(dataset=str(path), shuffle=False)
     assert env.num_problems == 5
-    completions = [reference_solution(task) for task in tasks] + ["def add(a, b):\n    return a + b\n", "print(input())"]
+    completions = [reference_solution(task) for task in tasks] + [
+        "def add(a, b):\n    return a + b\n",
+        "print(input())",
+    ]
     infos = env.score_many([env.problem(i) for i in range(5)], completions)
-    assert [(info["data_source"], info["acc"]) for info in infos] == [("code_arithmetic", True)] * 3 + [("ace", True), ("code", True)]
+    assert [(info["data_source"], info["acc"]) for info in infos] == [("code_arithmetic", True)] * 3 + [
+        ("ace", True),
+        ("code", True),
+    ]
     _, info = env.reset()
     assert info["problem_index"] == 0

@@ -35,7 +35,11 @@ TASKS = {
     "function": _task("function", {"fn_name": "add", "inputs": [[1, 2], [3, 4], [-1, 1]], "outputs": [3, 7, 0]}),
     "stdio": _task(
         "stdio",
-        [{"input": "1 2\n", "output": "3\n"}, {"input": "3 4\n", "output": "7\n"}, {"input": "-1 1\n", "output": "0\n"}],
+        [
+            {"input": "1 2\n", "output": "3\n"},
+            {"input": "3 4\n", "output": "7\n"},
+            {"input": "-1 1\n", "output": "0\n"},
+        ],
     ),
 }
 FORMATS = sorted(TASKS)
@@ -167,7 +171,9 @@ def test_memory_hog_inside_a_test(sandbox):
 
 
 def test_fraction_reward(sandbox):
-    assert _score(sandbox, _program("function", "abs(a) + b"), "function", reward="fraction")["score"] == pytest.approx(2 / 3)
+    assert _score(sandbox, _program("function", "abs(a) + b"), "function", reward="fraction")["score"] == pytest.approx(
+        2 / 3
+    )
     assert _score(sandbox, _program("function", "a + b"), "function", reward="fraction")["score"] == 1.0
     assert score_code("", TASKS["function"], sandbox, reward="fraction")["score"] == 0.0
     result = _score(sandbox, _program("stdio", "a * b"), "stdio", reward="fraction")
@@ -235,7 +241,10 @@ def test_system_exit_ends_the_candidate_but_the_tests_still_run(sandbox, kind):
     assert _score(sandbox, exit_after, kind)["acc"] is True
 
 
-@pytest.mark.parametrize(("kind", "failure", "pred"), [("assert", "runtime error", None), ("function", "runtime error", None), ("stdio", "wrong answer", "FFF")])
+@pytest.mark.parametrize(
+    ("kind", "failure", "pred"),
+    [("assert", "runtime error", None), ("function", "runtime error", None), ("stdio", "wrong answer", "FFF")],
+)
 def test_os_exit_is_not_a_pass(sandbox, kind, failure, pred):
     # Call formats: nothing answered. stdio: exit status 0, but the buffered output never left.
     code = _program(kind, "a + b") + "import os\nos._exit(0)\n"
@@ -249,14 +258,14 @@ def _forged_answers(n: int) -> str:
 
 
 ATTACKS = {
-    "fake reports on fd 3, then exit": "import os\nos.write(3, \"{forged}\\n\".encode())\nos._exit(0)\n",
-    "fake reports on fd 3, stdout, stderr": "import os, sys\nfor fd in (1, 2, 3):\n    os.write(fd, \"{forged}\\n\".encode())\n",
+    "fake reports on fd 3, then exit": 'import os\nos.write(3, "{forged}\\n".encode())\nos._exit(0)\n',
+    "fake reports on fd 3, stdout, stderr": 'import os, sys\nfor fd in (1, 2, 3):\n    os.write(fd, "{forged}\\n".encode())\n',
     "patch builtins and json": (
         "import builtins, json\nbuiltins.AssertionError = builtins.BaseException = SystemExit\n"
-        "json.dumps = lambda *args, **kwargs: '{{\"call\": 0, \"value\": 7}}'\nbuiltins.print = lambda *a, **k: None\n"
+        'json.dumps = lambda *args, **kwargs: \'{{"call": 0, "value": 7}}\'\nbuiltins.print = lambda *a, **k: None\n'
     ),
     "signal the parent": "import os, signal\nfor sig in (signal.SIGTERM, signal.SIGKILL):\n    try:\n        os.kill(os.getppid(), sig)\n    except OSError:\n        pass\n",
-    "write on every descriptor": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{{\"call\": 0, \"value\": 3}}\\n')\n    except OSError:\n        pass\n",
+    "write on every descriptor": 'import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b\'{{"call": 0, "value": 3}}\\n\')\n    except OSError:\n        pass\n',
     "look for the tests on disk": (
         "import os\nhits = []\nfor root in ('/tmp', '/work', os.path.expanduser('~'), '/proc/1/cwd'):\n"
         "    for path, _, files in os.walk(root):\n        hits += [f for f in files if f.endswith(('.jsonl', '.parquet'))]\n"
@@ -272,7 +281,12 @@ ATTACKS = {
 @pytest.mark.parametrize(
     ("kind", "attack"),
     # A stdio program's answer is text: there is no object of its own to compare.
-    [(kind, attack) for kind in FORMATS for attack in sorted(ATTACKS) if not (kind == "stdio" and attack.startswith("an int"))],
+    [
+        (kind, attack)
+        for kind in FORMATS
+        for attack in sorted(ATTACKS)
+        if not (kind == "stdio" and attack.startswith("an int"))
+    ],
 )
 def test_attacks_on_the_verdict_score_as_the_wrong_solution(sandbox, kind, attack):
     code = _program(kind, "a * b") + ATTACKS[attack].format(forged=_forged_answers(3))
@@ -286,7 +300,11 @@ def test_the_candidates_process_never_holds_the_expected_values(sandbox, kind):
     # up the stack, what is left of stdin, the files of its work dir. It reports how often it
     # saw the marker that only the expected value carries.
     marker = "EXPECTED-" + uuid.uuid4().hex
-    tests = [f"assert spy(1) == {marker!r}"] if kind == "assert" else {"fn_name": "spy", "inputs": [[1]], "outputs": [marker]}
+    tests = (
+        [f"assert spy(1) == {marker!r}"]
+        if kind == "assert"
+        else {"fn_name": "spy", "inputs": [[1]], "outputs": [marker]}
+    )
     spy = (
         "import gc, os, re, sys\n"
         "def spy(x):\n"
@@ -307,7 +325,16 @@ def test_the_candidates_process_never_holds_the_expected_values(sandbox, kind):
 
 
 def test_assert_forms_are_judged_here(sandbox):
-    task = _task("assert", ["assert f(0) is None", "assert f(2)", "assert not f(-2)", "assert f(3, as_list=True) == [3, (3,)]", "assert f(4) is True"])
+    task = _task(
+        "assert",
+        [
+            "assert f(0) is None",
+            "assert f(2)",
+            "assert not f(-2)",
+            "assert f(3, as_list=True) == [3, (3,)]",
+            "assert f(4) is True",
+        ],
+    )
     code = "def f(n, as_list=False):\n    if n == 0:\n        return None\n    if as_list:\n        return (n, [n])\n    return n > 0 if n != 4 else 1\n"
     # `1 is True` fails, as it would in Python; the rest pass.
     assert _summary(score_code(code, task, sandbox)) == (-1.0, False, 4, "wrong answer", "PPPPF")
@@ -333,7 +360,13 @@ def test_function_results_are_compared_as_json(sandbox):
 
 
 def test_missing_function_is_a_runtime_error(sandbox):
-    assert _summary(_score(sandbox, "def plus(a, b):\n    return a + b\n", "function")) == (-1.0, False, 0, "runtime error", "FFF")
+    assert _summary(_score(sandbox, "def plus(a, b):\n    return a + b\n", "function")) == (
+        -1.0,
+        False,
+        0,
+        "runtime error",
+        "FFF",
+    )
 
 
 @pytest.mark.parametrize(("kind", "failure"), [("function", "runtime error"), ("stdio", "wrong answer")])
@@ -352,12 +385,24 @@ def test_candidate_output_does_not_disturb_function_tests(sandbox):
 
 def test_batch_scoring_equals_one_by_one(sandbox):
     completions = {
-        kind: [_fenced(_program(kind, "a + b")), _fenced(_program(kind, "abs(a) + b")), "def add(a, b)\n", "", "import os\nos._exit(0)\n"]
+        kind: [
+            _fenced(_program(kind, "a + b")),
+            _fenced(_program(kind, "abs(a) + b")),
+            "def add(a, b)\n",
+            "",
+            "import os\nos._exit(0)\n",
+        ]
         for kind in FORMATS
     }
     pairs = [(completion, TASKS[kind]) for kind in FORMATS for completion in completions[kind]]
     for reward in ("binary", "fraction"):
         batch = score_code_many(pairs, sandbox, reward=reward)
         assert batch == [score_code(completion, task, sandbox, reward=reward) for completion, task in pairs]
-    assert [result["pred"] for result in batch] == ["PPP", "PPF", None, None, None] * 2 + ["PPP", "PPF", None, None, "FFF"]
+    assert [result["pred"] for result in batch] == ["PPP", "PPF", None, None, None] * 2 + [
+        "PPP",
+        "PPF",
+        None,
+        None,
+        "FFF",
+    ]
     assert score_code_many([], sandbox) == []

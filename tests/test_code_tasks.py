@@ -64,7 +64,11 @@ def test_num_problems_is_a_prefix():
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(("valid",), r"unknown code task split 'valid'.*\('train', 'test'\)"), (("test", 192), "192 is out of range.*191"), (("test", -1), "-1")],
+    [
+        (("valid",), r"unknown code task split 'valid'.*\('train', 'test'\)"),
+        (("test", 192), "192 is out of range.*191"),
+        (("test", -1), "-1"),
+    ],
 )
 def test_generator_bad_arguments(args, message):
     with pytest.raises(ValueError, match=message):
@@ -73,7 +77,9 @@ def test_generator_bad_arguments(args, message):
 
 def test_generated_task_format():
     task = next(
-        t for t in generate_code_tasks("train") if parse_generated_task(t) == GeneratedFunction("add", ("a", "b"), "sum", 0)
+        t
+        for t in generate_code_tasks("train")
+        if parse_generated_task(t) == GeneratedFunction("add", ("a", "b"), "sum", 0)
     )
     question = "Write a Python function `add(a, b)` that returns the sum of its two arguments."
     assert task.messages == ({"role": "user", "content": CODE_PROMPT_TEMPLATE.format(question=question)},)
@@ -81,13 +87,17 @@ def test_generated_task_format():
     assert task.tests.fn_name == "add" and task.tests.inputs[0] == [3, 5] and task.tests.outputs[0] == 8
     assert all(out == a + b for (a, b), out in zip(task.tests.inputs, task.tests.outputs))
     assert reference_solution(task) == "```python\ndef add(a, b):\n    return a + b\n```"
-    assert json.loads(task.ground_truth) == {"function": {"fn_name": "add", "inputs": list(task.tests.inputs), "outputs": list(task.tests.outputs)}}
+    assert json.loads(task.ground_truth) == {
+        "function": {"fn_name": "add", "inputs": list(task.tests.inputs), "outputs": list(task.tests.outputs)}
+    }
 
 
 def test_reference_solutions_are_short_and_regular():
     for task in generate_code_tasks("train"):
         function = parse_generated_task(task)
-        expression = OPERATIONS[function.operation].expression.format(a=function.parameters[0], b=function.parameters[1])
+        expression = OPERATIONS[function.operation].expression.format(
+            a=function.parameters[0], b=function.parameters[1]
+        )
         plus = f" + {function.addend}" if function.addend else ""
         assert reference_solution(task) == (
             f"```python\ndef {function.name}({', '.join(function.parameters)}):\n    return {expression}{plus}\n```"
@@ -111,7 +121,9 @@ def test_reference_solutions_pass_their_tests_in_the_sandbox():
         results = score_code_many([(reference_solution(task), task) for task in tasks], sandbox)
     finally:
         sandbox.close()
-    assert [(result["acc"], result["failure"], result["pred"]) for result in results] == [(True, None, "PPPP")] * len(tasks)
+    assert [(result["acc"], result["failure"], result["pred"]) for result in results] == [(True, None, "PPPP")] * len(
+        tasks
+    )
 
 
 def test_reference_solution_rejects_other_tasks():
@@ -131,7 +143,11 @@ def test_tasks_are_hashable_and_compare_by_value():
 ROWS = {
     "assert": {"data_source": "ace", "prompt": PROMPT, "tests": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"]},
     "stdio": {"data_source": "cc", "prompt": PROMPT, "stdio": [{"input": "1 2\n", "output": "3\n"}]},
-    "function": {"data_source": "apps", "prompt": PROMPT, "function": {"fn_name": "add", "inputs": [[1, 2], [0, 0]], "outputs": [3, 0]}},
+    "function": {
+        "data_source": "apps",
+        "prompt": PROMPT,
+        "function": {"fn_name": "add", "inputs": [[1, 2], [0, 0]], "outputs": [3, 0]},
+    },
 }
 EXPECTED_TESTS = {
     "assert": ("assert add(1, 2) == 3", "assert add(0, 0) == 0"),
@@ -205,23 +221,50 @@ def test_long_tests_are_reported_by_digest():
     ("row", "message"),
     [
         ({"prompt": PROMPT}, r"row 0 of .*exactly one of 'tests'.*found none"),
-        ({"prompt": PROMPT, "tests": ["assert 1"], "stdio": [{"input": "", "output": ""}]}, r"found \['stdio', 'tests'\]"),
+        (
+            {"prompt": PROMPT, "tests": ["assert 1"], "stdio": [{"input": "", "output": ""}]},
+            r"found \['stdio', 'tests'\]",
+        ),
         ({"prompt": PROMPT, "tests": []}, r"'tests': expected a non-empty list of test statements"),
         ({"prompt": PROMPT, "tests": "assert add(1, 2) == 3"}, r"'tests': expected a non-empty list .*got str"),
-        ({"prompt": PROMPT, "tests": ["assert add(1, 2) == 3", "assert add(1,"]}, r"'tests': test 1 is not valid Python"),
+        (
+            {"prompt": PROMPT, "tests": ["assert add(1, 2) == 3", "assert add(1,"]},
+            r"'tests': test 1 is not valid Python",
+        ),
         ({"prompt": PROMPT, "tests": ["assert f(1) == 1", 3]}, r"test 1 must be a non-empty string"),
-        ({"prompt": PROMPT, "stdio": [{"input": "1"}]}, r"'stdio': case 0 must be an object with string 'input' and 'output'"),
+        (
+            {"prompt": PROMPT, "stdio": [{"input": "1"}]},
+            r"'stdio': case 0 must be an object with string 'input' and 'output'",
+        ),
         ({"prompt": PROMPT, "stdio": "[{not json"}, r"'stdio': not valid JSON"),
-        ({"prompt": PROMPT, "function": {"fn_name": "add", "inputs": [[1]], "outputs": [1, 2]}}, r"1 inputs but 2 outputs"),
-        ({"prompt": PROMPT, "function": {"fn_name": "add me", "inputs": [[1]], "outputs": [1]}}, r"fn_name must be a Python identifier, got 'add me'"),
-        ({"prompt": PROMPT, "function": {"fn_name": "f", "inputs": [1], "outputs": [1]}}, r"inputs\[0\] must be the list of arguments"),
-        ({"prompt": PROMPT, "input_output": {"inputs": ["1"], "outputs": []}}, r"'input_output': 'inputs' and 'outputs' must be lists of the same length"),
-        ({"prompt": PROMPT, "reward_model": {"ground_truth": "540"}}, r"'reward_model.ground_truth': expected an object with 'inputs' and 'outputs'"),
+        (
+            {"prompt": PROMPT, "function": {"fn_name": "add", "inputs": [[1]], "outputs": [1, 2]}},
+            r"1 inputs but 2 outputs",
+        ),
+        (
+            {"prompt": PROMPT, "function": {"fn_name": "add me", "inputs": [[1]], "outputs": [1]}},
+            r"fn_name must be a Python identifier, got 'add me'",
+        ),
+        (
+            {"prompt": PROMPT, "function": {"fn_name": "f", "inputs": [1], "outputs": [1]}},
+            r"inputs\[0\] must be the list of arguments",
+        ),
+        (
+            {"prompt": PROMPT, "input_output": {"inputs": ["1"], "outputs": []}},
+            r"'input_output': 'inputs' and 'outputs' must be lists of the same length",
+        ),
+        (
+            {"prompt": PROMPT, "reward_model": {"ground_truth": "540"}},
+            r"'reward_model.ground_truth': expected an object with 'inputs' and 'outputs'",
+        ),
         ({"tests": ["assert f(1) == 1"]}, r"exactly one of 'prompt'.*and 'question'.*got neither"),
         ({"prompt": PROMPT, "question": "q", "tests": ["assert f(1) == 1"]}, r"got both"),
         ({"question": "  ", "tests": ["assert f(1) == 1"]}, r"question must be a non-empty string"),
         ({"prompt": [{"role": "user"}], "tests": ["assert f(1) == 1"]}, r"string 'role' and 'content'"),
-        ({"data_source": 3, "prompt": PROMPT, "tests": ["assert f(1) == 1"]}, r"data_source must be a string, got int 3"),
+        (
+            {"data_source": 3, "prompt": PROMPT, "tests": ["assert f(1) == 1"]},
+            r"data_source must be a string, got int 3",
+        ),
     ],
 )
 def test_bad_rows_name_the_row_and_the_problem(tmp_path, row, message):
@@ -274,9 +317,22 @@ def test_assert_tests_become_calls(test, calls):
 
 @pytest.mark.parametrize(
     "test",
-    ["x = add(1, 2)", "assert add(1, 2) == {3}", "assert abs(f(1) - 0.5) < 1e-9", "assert f(*args) == 1", "assert Solution().f(1) == 2", "assert f(1) == g(2)", "assert f(1) == float('inf')", "assert f({1: 2}) == 1", "assert f(1) in (1, 2)"],
+    [
+        "x = add(1, 2)",
+        "assert add(1, 2) == {3}",
+        "assert abs(f(1) - 0.5) < 1e-9",
+        "assert f(*args) == 1",
+        "assert Solution().f(1) == 2",
+        "assert f(1) == g(2)",
+        "assert f(1) == float('inf')",
+        "assert f({1: 2}) == 1",
+        "assert f(1) in (1, 2)",
+    ],
 )
 def test_assert_tests_that_cannot_be_judged_outside_the_candidate_are_refused_on_load(tmp_path, test):
     path = _write([{"prompt": PROMPT, "tests": ["assert f(1) == 1", test]}], tmp_path / "tasks.jsonl")
-    with pytest.raises(ValueError, match=r"row 0 of .*test 1: cannot be checked outside the candidate's process: .*supported: `assert f\(<literals>\) == <literal>`"):
+    with pytest.raises(
+        ValueError,
+        match=r"row 0 of .*test 1: cannot be checked outside the candidate's process: .*supported: `assert f\(<literals>\) == <literal>`",
+    ):
         load_code_tasks(path)

@@ -22,7 +22,12 @@ def test_info_names_are_the_keys_of_the_info_types():
     assert ScoreResult.__required_keys__ == {Info.SCORE, Info.ACC, Info.PRED}
     assert ScoreResult.__optional_keys__ == {Info.SCORE_TIMED_OUT}
     assert ScoreInfo.__required_keys__ == {
-        Info.SCORE, Info.ACC, Info.PRED, Info.SCORE_TIMED_OUT, Info.GROUND_TRUTH, Info.DATA_SOURCE
+        Info.SCORE,
+        Info.ACC,
+        Info.PRED,
+        Info.SCORE_TIMED_OUT,
+        Info.GROUND_TRUTH,
+        Info.DATA_SOURCE,
     }
     assert ResetInfo.__required_keys__ == {Info.PROBLEM_INDEX, Info.GROUND_TRUTH, Info.DATA_SOURCE, Info.EPOCH}
     # Every name of Info is a key of one of them.
@@ -66,8 +71,13 @@ def test_check_score_result_refuses_anything_else_naming_its_source(result):
 def test_score_info_adds_the_problem_and_a_default_timeout_flag():
     rating = {"score": 1.0, "acc": True, "pred": "5", "scorer": "math_dapo"}
     assert score_info(rating, ground_truth="5", data_source="arithmetic") == {
-        "score": 1.0, "acc": True, "pred": "5", "scorer": "math_dapo",
-        "ground_truth": "5", "data_source": "arithmetic", "score_timed_out": False,
+        "score": 1.0,
+        "acc": True,
+        "pred": "5",
+        "scorer": "math_dapo",
+        "ground_truth": "5",
+        "data_source": "arithmetic",
+        "score_timed_out": False,
     }
     assert "ground_truth" not in rating  # not changed
     timed_out = ScoreResult(score=-1.0, acc=False, pred=None, score_timed_out=True)
@@ -94,15 +104,27 @@ def test_eval_record_from_infos():
         prompt_truncated=True,
     )
     assert record == EvalRecord(
-        data_source="aime", acc=[True, False], pred=["7", None], length=[4, 9], truncated=[False, True],
-        timed_out=[False, True], problem_index=3, ground_truth="7", prompt_truncated=True,
+        data_source="aime",
+        acc=[True, False],
+        pred=["7", None],
+        length=[4, 9],
+        truncated=[False, True],
+        timed_out=[False, True],
+        problem_index=3,
+        ground_truth="7",
+        prompt_truncated=True,
     )
     assert isinstance(record, ProblemSamples) and record.n == 2
 
 
 def test_an_eval_record_travels_by_pickle():
     record = EvalRecord.from_infos(
-        _infos([True]), problem_index=0, data_source="aime", ground_truth="7", length=[1], truncated=[False],
+        _infos([True]),
+        problem_index=0,
+        data_source="aime",
+        ground_truth="7",
+        length=[1],
+        truncated=[False],
         prompt_truncated=False,
     )
     assert pickle.loads(pickle.dumps(record)) == record
@@ -115,7 +137,14 @@ def test_every_sample_field_needs_one_value_per_sample():
         )
     with pytest.raises(ValueError, match="non-zero"):
         EvalRecord(
-            data_source="x", acc=[], pred=[], length=[], truncated=[], timed_out=[], problem_index=0, ground_truth="1",
+            data_source="x",
+            acc=[],
+            pred=[],
+            length=[],
+            truncated=[],
+            timed_out=[],
+            problem_index=0,
+            ground_truth="1",
             prompt_truncated=False,
         )
 

@@ -22,9 +22,26 @@ def model_dir(tmp_path):
 def test_defaults_are_the_reference_recipe():
     c = DAPOConfig()
     assert (c.clip_eps_low, c.clip_eps_high, c.clip_ratio_c) == (0.2, 0.28, 10.0)
-    assert (c.group_size, c.train_batch_size_prompts, c.gen_batch_size_prompts, c.max_num_gen_batches) == (16, 512, 1536, 10)
-    assert (c.max_prompt_length, c.max_response_length, c.overlong_buffer_len, c.overlong_penalty_factor) == (2048, 20480, 4096, 1.0)
-    assert (c.loss_agg_mode, c.kl_coef, c.lr, c.weight_decay, c.grad_clip, c.minibatch_size_prompts) == ("token-mean", 0.0, 1e-6, 0.1, 1.0, 32)
+    assert (c.group_size, c.train_batch_size_prompts, c.gen_batch_size_prompts, c.max_num_gen_batches) == (
+        16,
+        512,
+        1536,
+        10,
+    )
+    assert (c.max_prompt_length, c.max_response_length, c.overlong_buffer_len, c.overlong_penalty_factor) == (
+        2048,
+        20480,
+        4096,
+        1.0,
+    )
+    assert (c.loss_agg_mode, c.kl_coef, c.lr, c.weight_decay, c.grad_clip, c.minibatch_size_prompts) == (
+        "token-mean",
+        0.0,
+        1e-6,
+        0.1,
+        1.0,
+        32,
+    )
     assert (c.dynamic_sampling, c.filter_metric, c.overlong_filtering) == (True, "acc", False)
     assert (c.temperature, c.top_p, c.eval_temperature, c.eval_top_p) == (1.0, 1.0, 1.0, 0.7)
     assert c.algo_class is DAPO
@@ -49,7 +66,10 @@ def test_training_sets_dapo_and_rllib_settings(model_dir):
         ({"policy_loss": "ppo"}, "policy_loss='ppo': unknown policy_loss 'ppo'; valid policy losses: ppo_clip"),
         ({"adv_estimator": "no_such_module:f"}, "adv_estimator='no_such_module:f': No module named 'no_such_module'"),
         ({"max_num_gen_batches": 0}, "max_num_gen_batches=0"),
-        ({"max_tokens_per_micro_batch": 1000}, "max_tokens_per_micro_batch=1000 must hold the longest possible sequence: at least max_prompt_length [+] max_response_length = 22528"),
+        (
+            {"max_tokens_per_micro_batch": 1000},
+            "max_tokens_per_micro_batch=1000 must hold the longest possible sequence: at least max_prompt_length [+] max_response_length = 22528",
+        ),
     ],
 )
 def test_validate_names_the_bad_setting(model_dir, setting, message):
@@ -58,8 +78,14 @@ def test_validate_names_the_bad_setting(model_dir, setting, message):
 
 
 def test_more_learners_than_groups_per_optimizer_step_is_a_clear_error(model_dir):
-    config = DAPOConfig().training(model_path=model_dir, train_batch_size_prompts=8, minibatch_size_prompts=2).learners(num_learners=4)
-    with pytest.raises(ValueError, match="num_learners=4: every learner takes whole groups, so minibatch_size_prompts=2"):
+    config = (
+        DAPOConfig()
+        .training(model_path=model_dir, train_batch_size_prompts=8, minibatch_size_prompts=2)
+        .learners(num_learners=4)
+    )
+    with pytest.raises(
+        ValueError, match="num_learners=4: every learner takes whole groups, so minibatch_size_prompts=2"
+    ):
         config.validate()
     config.training(minibatch_size_prompts=4).validate()
 
@@ -71,11 +97,20 @@ ZERO3 = {"zero_optimization": {"stage": 3}}
     "deepspeed_config, message",
     [
         (ZERO3 | {"gradient_clipping": 1.0}, "'gradient_clipping' is DAPO's to set, not DeepSpeed's: use grad_clip"),
-        (ZERO3 | {"optimizer": {"type": "Adam"}}, "'optimizer' is DAPO's to set, not DeepSpeed's: use lr and weight_decay"),
-        (ZERO3 | {"train_micro_batch_size_per_gpu": 4}, "'train_micro_batch_size_per_gpu' is DAPO's to set, not DeepSpeed's: use max_tokens_per_micro_batch"),
+        (
+            ZERO3 | {"optimizer": {"type": "Adam"}},
+            "'optimizer' is DAPO's to set, not DeepSpeed's: use lr and weight_decay",
+        ),
+        (
+            ZERO3 | {"train_micro_batch_size_per_gpu": 4},
+            "'train_micro_batch_size_per_gpu' is DAPO's to set, not DeepSpeed's: use max_tokens_per_micro_batch",
+        ),
         (ZERO3 | {"bf16": {"enabled": True}}, "bf16.enabled=True contradicts model_dtype='float32'"),
         ({"zero_optimization": {"stage": 1}}, "zero_optimization.stage=1; expected 2 or 3"),
-        ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}, "offload_optimizer needs zero_optimization.stage=3"),
+        (
+            {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}},
+            "offload_optimizer needs zero_optimization.stage=3",
+        ),
         ("/no/such/ds_config.json", "No such file or directory"),
         (["stage", 3], "expected a dict or the path of a JSON file, got list"),
     ],
@@ -89,7 +124,9 @@ def test_a_deepspeed_config_file_is_read(model_dir, tmp_path):
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}))
     DAPOConfig().training(model_path=model_dir, deepspeed_config=str(path)).validate()
-    with pytest.raises(ValueError, match="grad_clip_by='value': under DeepSpeed gradients are clipped by their global norm only"):
+    with pytest.raises(
+        ValueError, match="grad_clip_by='value': under DeepSpeed gradients are clipped by their global norm only"
+    ):
         DAPOConfig().training(model_path=model_dir, deepspeed_config=str(path), grad_clip_by="value").validate()
 
 
@@ -120,7 +157,12 @@ def test_reference_32b_example_builds_and_validates(model_dir, monkeypatch):
     config, stop = load_example("qwen2_5_32b_dapo_math.py")
     config.validate()
     assert stop == {"training_iteration": 300}
-    assert (config.group_size, config.train_batch_size_prompts, config.max_response_length, config.model_dtype) == (16, 512, 20480, "bfloat16")
+    assert (config.group_size, config.train_batch_size_prompts, config.max_response_length, config.model_dtype) == (
+        16,
+        512,
+        20480,
+        "bfloat16",
+    )
     assert config.num_gpus_per_env_runner == 1
     assert (config.num_learners, config.gradient_checkpointing, config.max_tokens_per_micro_batch) == (16, True, 22528)
     assert config.deepspeed_config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
@@ -133,7 +175,13 @@ def test_7b_example_is_the_32b_recipe_on_one_node_with_zero3(model_dir, monkeypa
     reference.validate()
     config.validate()
     changed = sorted(k for k, v in reference.to_dict().items() if config.to_dict()[k] != v)
-    assert changed == ["deepspeed_config", "gen_batch_size_prompts", "num_env_runners", "num_learners", "train_batch_size_prompts"]
+    assert changed == [
+        "deepspeed_config",
+        "gen_batch_size_prompts",
+        "num_env_runners",
+        "num_learners",
+        "train_batch_size_prompts",
+    ]
     assert config.deepspeed_config["zero_optimization"]["stage"] == 3 and config.gradient_checkpointing
     assert config.minibatch_size_prompts % config.num_learners == 0 and stop == {"training_iteration": 300}
 
@@ -156,7 +204,9 @@ def test_sweep_example_grid_searches_clip_high_and_group_size(tiny_model_path):
     assert stop == {"training_iteration": 12}
 
 
-def test_code_example_is_the_math_example_with_the_environment_and_model_switched(tiny_model_path, tiny_code_model_path):
+def test_code_example_is_the_math_example_with_the_environment_and_model_switched(
+    tiny_model_path, tiny_code_model_path
+):
     math_config, math_stop = load_example("tiny_arithmetic_dapo.py")
     code_config, code_stop = load_example("tiny_code_dapo.py")
     math_settings, code_settings = math_config.to_dict(), code_config.to_dict()

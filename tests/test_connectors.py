@@ -26,14 +26,18 @@ def episode(prompt, response, reward, group_id, *, truncated=False, acc=None, ro
             Extras.SCORE: reward,
             Extras.ACC: float(reward > 0) if acc is None else acc,
             Extras.TRUNCATED: truncated,
-            Extras.ROLLOUT_LOGP: np.full(len(response), -1.0, np.float32) if rollout_logp is None else np.asarray(rollout_logp, np.float32),
+            Extras.ROLLOUT_LOGP: np.full(len(response), -1.0, np.float32)
+            if rollout_logp is None
+            else np.asarray(rollout_logp, np.float32),
         },
     )
     return ep.to_numpy()
 
 
 def run_pieces(episodes, overlong_filtering=False, estimator="grpo"):
-    batch = PadTokenBatch(pad_token_id=PAD, overlong_filtering=overlong_filtering)(rl_module=None, batch={}, episodes=episodes)
+    batch = PadTokenBatch(pad_token_id=PAD, overlong_filtering=overlong_filtering)(
+        rl_module=None, batch={}, episodes=episodes
+    )
     return GroupAdvantages(estimator=estimator)(rl_module=None, batch=batch, episodes=episodes)[DEFAULT_MODULE_ID]
 
 
@@ -53,7 +57,10 @@ def test_padding_left_for_prompts_right_for_responses():
 
 
 def test_vllm_log_probs_are_right_padded_with_the_responses():
-    eps = [episode([5], [8], 1.0, 0, rollout_logp=[-0.5]), episode([9], [10, 11, 12], -1.0, 0, rollout_logp=[-1.0, -2.0, -3.0])]
+    eps = [
+        episode([5], [8], 1.0, 0, rollout_logp=[-0.5]),
+        episode([9], [10, 11, 12], -1.0, 0, rollout_logp=[-1.0, -2.0, -3.0]),
+    ]
     np.testing.assert_array_equal(run_pieces(eps)[Columns.ROLLOUT_LOGP], [[-0.5, 0, 0], [-1.0, -2.0, -3.0]])
 
 

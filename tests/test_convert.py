@@ -198,7 +198,9 @@ def test_everything_dropped_is_an_error_with_the_report(tmp_path):
     source = tmp_path / "no_answers.jsonl"
     write_jsonl([{"problem": "A?", "answer": None}, {"problem": "B?", "answer": ""}], source)
     output = tmp_path / "no_answers.parquet"
-    with pytest.raises(ValueError, match=r"(?s)every row of .*no_answers\.jsonl was dropped.*missing answer: 2 \(e\.g\. rows 0, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"(?s)every row of .*no_answers\.jsonl was dropped.*missing answer: 2 \(e\.g\. rows 0, 1\)"
+    ):
         convert_to_dapo(source, output)
     assert not output.exists()
 
@@ -214,7 +216,9 @@ def test_too_long_prompts_are_dropped(tmp_path, tiny_model_path):
     source = tmp_path / "lengths.jsonl"
     rows = [{"problem": long, "answer": "2"}, {"problem": short, "answer": "2"}, {"problem": long, "answer": "2"}]
     write_jsonl(rows, source)
-    report = convert_to_dapo(source, tmp_path / "lengths.parquet", tokenizer_path=tiny_model_path, max_prompt_length=limit)
+    report = convert_to_dapo(
+        source, tmp_path / "lengths.parquet", tokenizer_path=tiny_model_path, max_prompt_length=limit
+    )
     # The repeat of the too-long row is a duplicate: each row has one reason.
     assert report.dropped == {"prompt too long": 1, "duplicate": 1}
     assert report.examples == {"prompt too long": [0], "duplicate": [2]}
@@ -230,10 +234,14 @@ def test_length_counts_the_chat_template_only_where_there_is_one(tmp_path, tiny_
 
     source = tmp_path / "one.jsonl"
     write_jsonl([{"problem": "What is 1 + 1?", "answer": "2"}], source)
-    kept = convert_to_dapo(source, tmp_path / "plain.parquet", tokenizer_path=plain_tokenizer_path, max_prompt_length=plain_length)
+    kept = convert_to_dapo(
+        source, tmp_path / "plain.parquet", tokenizer_path=plain_tokenizer_path, max_prompt_length=plain_length
+    )
     assert kept.rows_written == 1 and kept.dropped == {}
     with pytest.raises(ValueError, match=r"prompt too long: 1 \(e\.g\. row 0\)"):
-        convert_to_dapo(source, tmp_path / "chat.parquet", tokenizer_path=tiny_model_path, max_prompt_length=plain_length)
+        convert_to_dapo(
+            source, tmp_path / "chat.parquet", tokenizer_path=tiny_model_path, max_prompt_length=plain_length
+        )
 
 
 # --- DAPO-format input -------------------------------------------------------------------------
@@ -328,7 +336,9 @@ def test_non_utf8_input_names_file_and_line(tmp_path, suffix):
         text = "problem,answer\nA?,1\nCaf\u00e9?,2\n"
     source.write_bytes(text.encode("latin-1"))
     line, byte = (2, 17) if suffix == ".jsonl" else (3, 4)
-    with pytest.raises(ValueError, match=rf"line {line} of .*latin1\{suffix} is not valid UTF-8 \(byte 0xe9 at byte {byte} of"):
+    with pytest.raises(
+        ValueError, match=rf"line {line} of .*latin1\{suffix} is not valid UTF-8 \(byte 0xe9 at byte {byte} of"
+    ):
         convert_to_dapo(source, tmp_path / "out.parquet")
 
 
@@ -365,8 +375,18 @@ def test_command_line(tmp_path, capsys, tiny_model_path):
     parser = argparse.ArgumentParser(prog="rllib convert")
     add_convert_arguments(parser)
     args = parser.parse_args(
-        [str(source), str(output), "--template", "none", "--data-source", "arith",
-         "--tokenizer", tiny_model_path, "--max-prompt-length", "64"]
+        [
+            str(source),
+            str(output),
+            "--template",
+            "none",
+            "--data-source",
+            "arith",
+            "--tokenizer",
+            tiny_model_path,
+            "--max-prompt-length",
+            "64",
+        ]
     )
     report = run_convert(args)
     printed = capsys.readouterr().out

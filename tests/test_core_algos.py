@@ -149,9 +149,7 @@ def one_token(ratio, advantage, **kwargs):
     """Loss and d loss / d log_prob of a single token (token-mean of one
     token is the token's loss)."""
     log_probs = t([[math.log(ratio)]]).requires_grad_()
-    loss, metrics = compute_policy_loss(
-        log_probs, t([[0.0]]), t([[advantage]]), t([[1.0]]), **kwargs
-    )
+    loss, metrics = compute_policy_loss(log_probs, t([[0.0]]), t([[advantage]]), t([[1.0]]), **kwargs)
     loss.backward()
     return loss.item(), log_probs.grad.item(), metrics
 
@@ -272,9 +270,7 @@ BATCH_MASK = [[1, 1, 1, 1], [1, 1, 0, 0]]
 
 def batch_loss(**kwargs):
     log_probs = t(BATCH_RATIOS).log().requires_grad_()
-    loss, metrics = compute_policy_loss(
-        log_probs, torch.zeros(2, 4, dtype=F64), t(BATCH_ADV), t(BATCH_MASK), **kwargs
-    )
+    loss, metrics = compute_policy_loss(log_probs, torch.zeros(2, 4, dtype=F64), t(BATCH_ADV), t(BATCH_MASK), **kwargs)
     loss.backward()
     return loss, metrics, log_probs.grad
 
@@ -420,9 +416,7 @@ def test_advantages_accept_hashable_group_ids(ids):
 def test_advantages_without_std_normalisation():
     # Dr. GRPO: R - mean. Group a: [1, -1, -1, -1] - (-0.5); group b: single
     # member keeps its score (mean 0).
-    adv = compute_group_advantages(
-        t([1.0, -1.0, -1.0, -1.0, 0.7]), ["a", "a", "a", "a", "b"], norm_by_std=False
-    )
+    adv = compute_group_advantages(t([1.0, -1.0, -1.0, -1.0, 0.7]), ["a", "a", "a", "a", "b"], norm_by_std=False)
     assert_close(adv, [1.5, -0.5, -0.5, -0.5, 0.7])
 
 
@@ -468,8 +462,14 @@ def test_an_import_path_names_a_function_in_any_process():
 def test_ppo_clip_by_name_gives_the_batch_loss():
     log_probs = t(BATCH_RATIOS).log()
     loss, _ = policy_loss_fn("ppo_clip")(
-        log_probs, torch.zeros(2, 4, dtype=F64), t(BATCH_ADV), t(BATCH_MASK),
-        clip_eps_low=0.2, clip_eps_high=0.28, clip_ratio_c=10.0, loss_agg_mode="token-mean",
+        log_probs,
+        torch.zeros(2, 4, dtype=F64),
+        t(BATCH_ADV),
+        t(BATCH_MASK),
+        clip_eps_low=0.2,
+        clip_eps_high=0.28,
+        clip_ratio_c=10.0,
+        loss_agg_mode="token-mean",
     )
     # as test_batch_loss_with_dual_clip: 8.77 / 6
     assert_close(loss, 1.4616666666666667)
@@ -530,9 +530,17 @@ def test_user_policy_loss_found_by_name():
     assert "test_reinforce" in policy_losses()
     log_probs = t([[-1.0, -2.0], [-0.5, NAN]]).requires_grad_()
     loss, metrics = policy_loss_fn("test_reinforce")(
-        log_probs, torch.zeros(2, 2, dtype=F64), t([[1.0, 1.0], [-2.0, -2.0]]), t([[1, 1], [1, 0]]),
-        clip_eps_low=0.2, clip_eps_high=0.28, clip_ratio_c=10.0, loss_agg_mode="token-mean",
-        num_tokens=None, num_seqs=None, loss_scale_factor=None,
+        log_probs,
+        torch.zeros(2, 2, dtype=F64),
+        t([[1.0, 1.0], [-2.0, -2.0]]),
+        t([[1, 1], [1, 0]]),
+        clip_eps_low=0.2,
+        clip_eps_high=0.28,
+        clip_ratio_c=10.0,
+        loss_agg_mode="token-mean",
+        num_tokens=None,
+        num_seqs=None,
+        loss_scale_factor=None,
     )
     loss.backward()
     # -A log p = [1, 2] and [-(-2)(-0.5)] = [-1]; token-mean (1 + 2 - 1) / 3
@@ -574,16 +582,28 @@ PRESET_RATIOS = [[1.25, 1.0, 1.0], [1.5, 0.5, 1.0], [1.0, 20.0, 0.5]]
 PRESET_MASK = [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
 PRESETS = {
     "naive GRPO": dict(
-        adv_estimator="grpo", policy_loss="ppo_clip", clip_eps_low=0.2, clip_eps_high=0.2,
-        clip_ratio_c=None, loss_agg_mode="seq-mean-token-mean",
+        adv_estimator="grpo",
+        policy_loss="ppo_clip",
+        clip_eps_low=0.2,
+        clip_eps_high=0.2,
+        clip_ratio_c=None,
+        loss_agg_mode="seq-mean-token-mean",
     ),
     "DAPO": dict(
-        adv_estimator="grpo", policy_loss="ppo_clip", clip_eps_low=0.2, clip_eps_high=0.28,
-        clip_ratio_c=10.0, loss_agg_mode="token-mean",
+        adv_estimator="grpo",
+        policy_loss="ppo_clip",
+        clip_eps_low=0.2,
+        clip_eps_high=0.28,
+        clip_ratio_c=10.0,
+        loss_agg_mode="token-mean",
     ),
     "Dr. GRPO": dict(
-        adv_estimator="dr_grpo", policy_loss="ppo_clip", clip_eps_low=0.2, clip_eps_high=0.2,
-        clip_ratio_c=None, loss_agg_mode="seq-mean-token-sum-norm",
+        adv_estimator="dr_grpo",
+        policy_loss="ppo_clip",
+        clip_eps_low=0.2,
+        clip_eps_high=0.2,
+        clip_ratio_c=None,
+        loss_agg_mode="seq-mean-token-sum-norm",
     ),
 }
 
@@ -668,9 +688,7 @@ def test_overlong_penalty():
 
 
 def test_overlong_penalty_factor():
-    penalty = overlong_penalty(
-        [16, 17, 20, 25], max_response_length=20, overlong_buffer_len=4, penalty_factor=0.5
-    )
+    penalty = overlong_penalty([16, 17, 20, 25], max_response_length=20, overlong_buffer_len=4, penalty_factor=0.5)
     # [0, -0.25, -1, -1] * 0.5
     assert_close(penalty, [0.0, -0.125, -0.5, -0.5])
 
@@ -796,6 +814,20 @@ def test_weighting_the_advantage_weights_each_tokens_clipped_loss():
     settings = dict(clip_eps_low=0.2, clip_eps_high=0.28, clip_ratio_c=3.0, loss_agg_mode="token-mean")
     weighted, _ = core_algos.compute_policy_loss(logp, old, adv * w, mask, **settings)
     per_token = torch.stack(
-        [torch.stack([core_algos.compute_policy_loss(logp[i:i+1, t:t+1], old[i:i+1, t:t+1], adv[i:i+1, t:t+1], mask[i:i+1, t:t+1], **settings)[0] for t in range(5)]) for i in range(3)]
+        [
+            torch.stack(
+                [
+                    core_algos.compute_policy_loss(
+                        logp[i : i + 1, t : t + 1],
+                        old[i : i + 1, t : t + 1],
+                        adv[i : i + 1, t : t + 1],
+                        mask[i : i + 1, t : t + 1],
+                        **settings,
+                    )[0]
+                    for t in range(5)
+                ]
+            )
+            for i in range(3)
+        ]
     )
     torch.testing.assert_close(weighted, (per_token * w).mean())

@@ -89,7 +89,9 @@ class _Letters(ProblemEnv):
     BUILTIN_DATASET = "letters"
     _generate = staticmethod(
         lambda split, num_problems: [
-            types.SimpleNamespace(messages=({"role": "user", "content": "Say a."},), ground_truth="a", data_source="letters")
+            types.SimpleNamespace(
+                messages=({"role": "user", "content": "Say a."},), ground_truth="a", data_source="letters"
+            )
         ]
     )
 
@@ -125,5 +127,7 @@ def test_a_rating_without_score_acc_pred_is_an_error(rating, shown):
 def test_an_env_without_the_task_api_is_refused_by_name():
     from gymnasium.envs.classic_control import CartPoleEnv
 
-    with pytest.raises(TypeError, match=r"built a CartPoleEnv; VLLMEnvRunner needs a dapo_rllib\.problem_env\.ProblemEnv subclass"):
+    with pytest.raises(
+        TypeError, match=r"built a CartPoleEnv; VLLMEnvRunner needs a dapo_rllib\.problem_env\.ProblemEnv subclass"
+    ):
         build_env(CartPoleEnv, {}, worker_index=1, num_workers=1)

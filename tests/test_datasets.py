@@ -99,9 +99,7 @@ def test_dedup_keeps_first_occurrence_order_and_distinguishes_answers(tmp_path):
 def test_jsonl_round_trip_is_exact(tmp_path):
     original = load_math_dataset(AIME_PATH) + generate_arithmetic_problems("test", 5)
     # Re-index as one dataset: the index is the position after deduplication.
-    original = [
-        MathProblem(p.messages, p.ground_truth, p.data_source, i) for i, p in enumerate(original)
-    ]
+    original = [MathProblem(p.messages, p.ground_truth, p.data_source, i) for i, p in enumerate(original)]
     path = tmp_path / "sub" / "round_trip.jsonl"
     write_jsonl([problem_to_row(p) for p in original], path)
     assert load_math_dataset(path) == original
@@ -322,7 +320,9 @@ def test_arithmetic_question_helpers():
     assert parse_arithmetic_question("What is 3 - 7?").result == -4
 
 
-@pytest.mark.parametrize("text", ["What is 2 * 3?", "Find x.", "What is 1 + 1? What is 2 + 2?", "What is 100 + 1?", "What is 5 + 10?"])
+@pytest.mark.parametrize(
+    "text", ["What is 2 * 3?", "Find x.", "What is 1 + 1? What is 2 + 2?", "What is 100 + 1?", "What is 5 + 10?"]
+)
 def test_parse_arithmetic_question_rejects_other_text(text):
     with pytest.raises(ValueError):
         parse_arithmetic_question(text)

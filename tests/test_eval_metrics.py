@@ -67,8 +67,15 @@ def test_k_values():
 def test_summarize_per_data_source():
     problems = [
         # aime: 4 samples each; problem 1 right 3/4 (majority right), problem 2 right 1/4 (majority wrong)
-        samples([True, True, True, False], source="aime", length=[10, 20, 30, 40], truncated=[False, False, False, True]),
-        samples([True, False, False, False], pred=["5", "6", "6", None], source="aime", timed_out=[False, False, False, True]),
+        samples(
+            [True, True, True, False], source="aime", length=[10, 20, 30, 40], truncated=[False, False, False, True]
+        ),
+        samples(
+            [True, False, False, False],
+            pred=["5", "6", "6", None],
+            source="aime",
+            timed_out=[False, False, False, True],
+        ),
         samples([False, False], source="arithmetic"),
     ]
     metrics = summarize(problems)
@@ -84,7 +91,17 @@ def test_summarize_per_data_source():
     assert aime["scoring_timeouts"] == 1
     assert (aime["num_problems"], aime["num_samples"]) == (2, 8)
     assert metrics["arithmetic"] == pytest.approx(
-        {"avg@2": 0.0, "pass@1": 0.0, "pass@2": 0.0, "maj@2": 0.0, "response_length_mean": 10.0, "truncation_ratio": 0.0, "scoring_timeouts": 0, "num_problems": 1, "num_samples": 2}
+        {
+            "avg@2": 0.0,
+            "pass@1": 0.0,
+            "pass@2": 0.0,
+            "maj@2": 0.0,
+            "response_length_mean": 10.0,
+            "truncation_ratio": 0.0,
+            "scoring_timeouts": 0,
+            "num_problems": 1,
+            "num_samples": 2,
+        }
     )
 
 
@@ -95,4 +112,6 @@ def test_summarize_refuses_mixed_sample_counts():
 
 def test_problem_samples_need_one_value_per_sample():
     with pytest.raises(ValueError, match="same, non-zero number"):
-        ProblemSamples("aime", acc=[True, False], pred=["1"], length=[1, 2], truncated=[False, False], timed_out=[False, False])
+        ProblemSamples(
+            "aime", acc=[True, False], pred=["1"], length=[1, 2], truncated=[False, False], timed_out=[False, False]
+        )

@@ -24,7 +24,14 @@ COPIES = 32
 
 
 def rllib(*args, cwd):
-    proc = subprocess.run([RLLIB, *map(str, args)], cwd=cwd, env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [RLLIB, *map(str, args)],
+        cwd=cwd,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -43,14 +50,29 @@ def aime_slice(aime_rows, tmp_path_factory):
     assert len(rows) == NUM_PROBLEMS * COPIES
     path = tmp_path_factory.mktemp("aime") / "aime-slice.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
-    return dict(path=path, ground_truths=[next(r["reward_model"]["ground_truth"] for r in rows if r["extra_info"]["index"] == i) for i in wanted])
+    return dict(
+        path=path,
+        ground_truths=[
+            next(r["reward_model"]["ground_truth"] for r in rows if r["extra_info"]["index"] == i) for i in wanted
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def cli_report(tiny_model_path, aime_slice, tmp_path_factory):
     work = tmp_path_factory.mktemp("eval")
     out_file = work / "aime.json"
-    code, out = rllib("evaluate", tiny_model_path, "--data", aime_slice["path"], "--max-response-length", 32, "--out", out_file, cwd=work)
+    code, out = rllib(
+        "evaluate",
+        tiny_model_path,
+        "--data",
+        aime_slice["path"],
+        "--max-response-length",
+        32,
+        "--out",
+        out_file,
+        cwd=work,
+    )
     assert code == 0, out[-4000:]
     return dict(out=out, report=json.loads(out_file.read_text()), out_file=out_file)
 
@@ -58,12 +80,35 @@ def cli_report(tiny_model_path, aime_slice, tmp_path_factory):
 def test_model_directory_on_the_aime_slice_reports_the_paper_metrics(cli_report, aime_slice):
     report = cli_report["report"]
     metrics = report["metrics"]["math_dapo"]
-    assert set(metrics) == {"avg@32", "pass@1", "pass@2", "pass@4", "pass@8", "pass@16", "pass@32", "maj@32", "response_length_mean", "truncation_ratio", "scoring_timeouts", "num_problems", "num_samples"}
+    assert set(metrics) == {
+        "avg@32",
+        "pass@1",
+        "pass@2",
+        "pass@4",
+        "pass@8",
+        "pass@16",
+        "pass@32",
+        "maj@32",
+        "response_length_mean",
+        "truncation_ratio",
+        "scoring_timeouts",
+        "num_problems",
+        "num_samples",
+    }
     # 96 rows = 3 problems, each sampled 32 times (the file's copies), not 96 problems.
     assert (metrics["num_problems"], metrics["num_samples"]) == (NUM_PROBLEMS, NUM_PROBLEMS * COPIES)
     assert report["settings"] | {"model": None, "data": None} == {
-        "model": None, "data": None, "num_samples": 32, "max_problems": None, "temperature": 1.0, "top_p": 0.7,
-        "max_prompt_length": 512, "max_response_length": 32, "scorer": None, "score_timeout_s": None, "seed": None,
+        "model": None,
+        "data": None,
+        "num_samples": 32,
+        "max_problems": None,
+        "temperature": 1.0,
+        "top_p": 0.7,
+        "max_prompt_length": 512,
+        "max_response_length": 32,
+        "scorer": None,
+        "score_timeout_s": None,
+        "seed": None,
     }
     assert metrics["avg@32"] == pytest.approx(metrics["pass@1"])
     assert 0.0 <= metrics["avg@32"] <= metrics["pass@32"] <= 1.0
@@ -87,15 +132,19 @@ def test_the_command_shows_progress_a_table_and_where_the_json_went(cli_report):
     assert f"results (every number, per problem too): {cli_report['out_file']}" in out
 
 
-def test_unique_rows_with_n_samples_give_the_same_avg_at_n_as_repeated_rows(cli_report, aime_slice, tiny_model_path, tmp_path):
-    """"32 copies of each problem" and "each unique problem sampled 32 times" are one definition."""
+def test_unique_rows_with_n_samples_give_the_same_avg_at_n_as_repeated_rows(
+    cli_report, aime_slice, tiny_model_path, tmp_path
+):
+    """ "32 copies of each problem" and "each unique problem sampled 32 times" are one definition."""
     unique = tmp_path / "unique.parquet"
     rows = pq.read_table(aime_slice["path"]).to_pylist()
     firsts = {}
     for row in rows:  # in the order the loader keeps them, so each problem keeps its seed
         firsts.setdefault(row["extra_info"]["index"], row)
     pq.write_table(pa.Table.from_pylist(list(firsts.values())), unique)
-    report = evaluate(tiny_model_path, data=str(unique), num_samples=COPIES, max_response_length=32, out=tmp_path / "unique.json")
+    report = evaluate(
+        tiny_model_path, data=str(unique), num_samples=COPIES, max_response_length=32, out=tmp_path / "unique.json"
+    )
     assert report["metrics"] == cli_report["report"]["metrics"]
 
 
@@ -130,12 +179,21 @@ def arithmetic_file(tmp_path_factory):
     return path
 
 
-def test_math_verify_scorer_accepts_what_math_dapo_rejects_on_the_same_samples(tiny_model_path, arithmetic_file, tmp_path):
+def test_math_verify_scorer_accepts_what_math_dapo_rejects_on_the_same_samples(
+    tiny_model_path, arithmetic_file, tmp_path
+):
     """Sampling is seeded per problem, so both runs see the same responses; only the scorer
     differs. The tiny model ends some answers with "Answer: 85." (wrong for the reference
     scorer, whose quirk keeps the period) or "The answer is 85.", which math-verify reads."""
     runs = {
-        scorer: evaluate(tiny_model_path, data=str(arithmetic_file), num_samples=4, max_response_length=32, scorer=scorer, out=tmp_path / f"{scorer}.json")
+        scorer: evaluate(
+            tiny_model_path,
+            data=str(arithmetic_file),
+            num_samples=4,
+            max_response_length=32,
+            scorer=scorer,
+            out=tmp_path / f"{scorer}.json",
+        )
         for scorer in ("math_dapo", "math_verify")
     }
     assert runs["math_verify"]["settings"]["scorer"] == "math_verify"
@@ -148,8 +206,14 @@ def test_math_verify_scorer_accepts_what_math_dapo_rejects_on_the_same_samples(t
 
 def test_a_scorer_that_hangs_is_cut_off_and_counted(tiny_model_path, arithmetic_file, tmp_path):
     report = evaluate(
-        tiny_model_path, data=str(arithmetic_file), num_samples=2, max_problems=2, max_response_length=16,
-        scorer="naive_scorers:always_hangs", score_timeout_s=0.5, out=tmp_path / "hang.json",
+        tiny_model_path,
+        data=str(arithmetic_file),
+        num_samples=2,
+        max_problems=2,
+        max_response_length=16,
+        scorer="naive_scorers:always_hangs",
+        score_timeout_s=0.5,
+        out=tmp_path / "hang.json",
     )
     metrics = report["metrics"]["arithmetic"]
     assert metrics["scoring_timeouts"] == metrics["num_samples"] == 4
@@ -162,7 +226,14 @@ def test_format_table_aligns_columns_and_formats_numbers():
     assert table.splitlines() == ["data source  avg@32  pass@1", "math_dapo     0.500  -", "x                 1  2.000"]
 
 
-@pytest.mark.parametrize(("rows", "align", "message"), [([["a"], ["b", "c"]], "", r"rows of \[1, 2\] cells"), ([["a"]], "<>", "at most 1 columns"), ([["a"]], "^", r"'\^'")])
+@pytest.mark.parametrize(
+    ("rows", "align", "message"),
+    [
+        ([["a"], ["b", "c"]], "", r"rows of \[1, 2\] cells"),
+        ([["a"]], "<>", "at most 1 columns"),
+        ([["a"]], "^", r"'\^'"),
+    ],
+)
 def test_format_table_rejects_ragged_rows_and_bad_alignment(rows, align, message):
     with pytest.raises(ValueError, match=message):
         format_table(rows, align)

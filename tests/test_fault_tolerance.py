@@ -49,7 +49,11 @@ def kill_victim_when_it_stalls(log_dir: Path) -> threading.Thread:
 
 def stalling_config(tiny_model_path, log_dir: Path, *, restart: bool):
     config = tiny_config(
-        tiny_model_path, train_batch_size_prompts=TRAIN_PROMPTS, gen_batch_size_prompts=TRAIN_PROMPTS, dynamic_sampling=False, minibatch_size_prompts=TRAIN_PROMPTS
+        tiny_model_path,
+        train_batch_size_prompts=TRAIN_PROMPTS,
+        gen_batch_size_prompts=TRAIN_PROMPTS,
+        dynamic_sampling=False,
+        minibatch_size_prompts=TRAIN_PROMPTS,
     )
     env_config = {"dataset": "arithmetic", "num_problems": NUM_PROBLEMS, "_log_dir": str(log_dir), "_victim": 2}
     config = config.environment(StallingMathEnv, env_config=env_config)

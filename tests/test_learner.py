@@ -17,7 +17,14 @@ MAX_RESPONSE_LENGTH = 8
 
 
 def build_learner(model_path, **training):
-    config = DAPOConfig().training(model_path=model_path, max_response_length=MAX_RESPONSE_LENGTH, overlong_buffer_len=0, lr=1e-2, lr_warmup_steps=0, **training)
+    config = DAPOConfig().training(
+        model_path=model_path,
+        max_response_length=MAX_RESPONSE_LENGTH,
+        overlong_buffer_len=0,
+        lr=1e-2,
+        lr_warmup_steps=0,
+        **training,
+    )
     config.validate()
     return config.build_learner(spaces=SPACES)
 
@@ -44,7 +51,9 @@ def token_batch(learner, advantages, lengths):
 def loss_of(learner, batch):
     module = learner.module[DEFAULT_MODULE_ID]
     config = learner.config.get_config_for_module(DEFAULT_MODULE_ID)
-    return learner.compute_loss_for_module(module_id=DEFAULT_MODULE_ID, config=config, batch=batch, fwd_out=module.forward_train(batch)).item()
+    return learner.compute_loss_for_module(
+        module_id=DEFAULT_MODULE_ID, config=config, batch=batch, fwd_out=module.forward_train(batch)
+    ).item()
 
 
 PRESETS = {
@@ -52,7 +61,14 @@ PRESETS = {
     # GRPO averages per response first: ((-1) + (+1)) / 2 = 0; its KL to the (identical) initial
     # policy is 0.
     "naive GRPO": (
-        dict(policy_loss="ppo_clip", clip_eps_high=0.2, clip_ratio_c=None, loss_agg_mode="seq-mean-token-mean", adv_estimator="grpo", kl_coef=0.001),
+        dict(
+            policy_loss="ppo_clip",
+            clip_eps_high=0.2,
+            clip_ratio_c=None,
+            loss_agg_mode="seq-mean-token-mean",
+            adv_estimator="grpo",
+            kl_coef=0.001,
+        ),
         0.0,
     ),
     # DAPO weighs every token the same: (-1 + 3 * 1) / 4 tokens = 0.5.
@@ -74,7 +90,9 @@ def test_rllibs_grad_clip_by_is_honoured(tiny_model_path, grad_clip_by):
     learner = build_learner(tiny_model_path, grad_clip=0.5, grad_clip_by=grad_clip_by)
     params = list(learner.module[DEFAULT_MODULE_ID].parameters())
     grads = {learner.get_param_ref(p): torch.full_like(p, 3.0) for p in params}
-    clipped = learner.postprocess_gradients_for_module(module_id=DEFAULT_MODULE_ID, config=learner.config, module_gradients_dict=grads)
+    clipped = learner.postprocess_gradients_for_module(
+        module_id=DEFAULT_MODULE_ID, config=learner.config, module_gradients_dict=grads
+    )
     values = list(clipped.values())
     if grad_clip_by == "value":
         assert all(torch.all(g == 0.5) for g in values)

@@ -26,9 +26,17 @@ def assert_same_step(result, reference):
     noise = NOISE_GRAD * reference[Metrics.GRAD_NORM]
     for name, grad in reference["grads"].items():
         if "grads" in result:
-            torch.testing.assert_close(result["grads"][name], grad, atol=noise, rtol=1e-4, msg=lambda m: f"grad of {name}: {m}")
+            torch.testing.assert_close(
+                result["grads"][name], grad, atol=noise, rtol=1e-4, msg=lambda m: f"grad of {name}: {m}"
+            )
         decisive = grad.abs() > noise
-        torch.testing.assert_close(result["weights"][name][decisive], reference["weights"][name][decisive], atol=WEIGHT_ATOL, rtol=0, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            result["weights"][name][decisive],
+            reference["weights"][name][decisive],
+            atol=WEIGHT_ATOL,
+            rtol=0,
+            msg=lambda m: f"{name}: {m}",
+        )
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +79,10 @@ def free_port() -> int:
 def run_data_parallel(model_path, batch, runs, out_dir, world_size=2):
     ctx = multiprocessing.get_context("spawn")
     port = free_port()
-    workers = [ctx.Process(target=data_parallel_worker, args=(rank, world_size, port, model_path, batch, runs, str(out_dir))) for rank in range(world_size)]
+    workers = [
+        ctx.Process(target=data_parallel_worker, args=(rank, world_size, port, model_path, batch, runs, str(out_dir)))
+        for rank in range(world_size)
+    ]
     for w in workers:
         w.start()
     for w in workers:
@@ -107,5 +118,11 @@ def test_two_zero3_learners_give_the_same_step(two_learners, whole, mode):
 def test_one_zero3_learner_with_optimizer_offload_gives_the_same_step(tiny_model_path, batch, whole, tmp_path):
     # ZeRO-3 with the AdamW state in host memory, one learner process of its own.
     offload = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
-    (result,) = run_data_parallel(str(tiny_model_path), batch, [dict(deepspeed_config=offload, max_tokens_per_micro_batch=24)], tmp_path, world_size=1)
+    (result,) = run_data_parallel(
+        str(tiny_model_path),
+        batch,
+        [dict(deepspeed_config=offload, max_tokens_per_micro_batch=24)],
+        tmp_path,
+        world_size=1,
+    )
     assert_same_step(result, whole["token-mean"])

@@ -183,9 +183,7 @@ def test_huge_response_is_scored_from_its_tail() -> None:
         ("\\$5", "5", "5"),
     ],
 )
-def test_normalisation_makes_equivalent_forms_match(
-    answer: str, ground_truth: str, pred: str
-) -> None:
+def test_normalisation_makes_equivalent_forms_match(answer: str, ground_truth: str, pred: str) -> None:
     assert_scored(compute_score(f"Work.\nAnswer: {answer}", ground_truth), True, pred)
 
 
@@ -297,9 +295,7 @@ def test_pause_tokens_index_must_have_four_entries() -> None:
 # --- input validation ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("bad", "type_name"), [(540, "int"), (None, "NoneType"), (b"540", "bytes")]
-)
+@pytest.mark.parametrize(("bad", "type_name"), [(540, "int"), (None, "NoneType"), (b"540", "bytes")])
 def test_non_str_ground_truth_raises_type_error(bad: object, type_name: str) -> None:
     with pytest.raises(TypeError) as excinfo:
         compute_score("Answer: 540", bad)  # type: ignore[arg-type]

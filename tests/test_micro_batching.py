@@ -34,7 +34,10 @@ def test_sorting_by_length_keeps_padding_small():
 
 
 def test_a_budget_below_one_sequence_names_the_sequence():
-    with pytest.raises(ValueError, match=r"max_tokens_per_micro_batch=100 is smaller than sequence 1 .*30 prompt \+ 90 response = 120 tokens"):
+    with pytest.raises(
+        ValueError,
+        match=r"max_tokens_per_micro_batch=100 is smaller than sequence 1 .*30 prompt \+ 90 response = 120 tokens",
+    ):
         plan_micro_batches(torch.tensor([10, 30]), torch.tensor([20, 90]), max_tokens=100)
 
 

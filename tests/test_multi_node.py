@@ -33,7 +33,12 @@ def cluster():
         ray.shutdown()
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {ROLLOUT: 1}, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 1,
+            "resources": {ROLLOUT: 1},
+            "object_store_memory": OBJECT_STORE_BYTES,
+            "include_dashboard": False,
+        },
     )
     try:
         cluster.add_node(num_cpus=1, resources={LEARNER: 1}, object_store_memory=OBJECT_STORE_BYTES)
@@ -57,8 +62,12 @@ def placement(algo) -> dict[str, list[str]]:
 
     (Lambdas, not module functions: cloudpickle sends those by reference, and the actors of a
     cluster joined by address cannot import this test module.)"""
-    runners = algo.env_runner_group.foreach_env_runner(lambda _: ray.get_runtime_context().get_node_id(), local_env_runner=False)
-    learners = algo.learner_group._get_results(algo.learner_group.foreach_learner(lambda _: ray.get_runtime_context().get_node_id()))
+    runners = algo.env_runner_group.foreach_env_runner(
+        lambda _: ray.get_runtime_context().get_node_id(), local_env_runner=False
+    )
+    learners = algo.learner_group._get_results(
+        algo.learner_group.foreach_learner(lambda _: ray.get_runtime_context().get_node_id())
+    )
     return {"env_runners": runners, "learners": learners}
 
 
@@ -69,7 +78,9 @@ def learner_weights(algo):
 
 
 def engine_weights(algo):
-    (engine,) = algo.env_runner_group.foreach_env_runner(lambda runner: runner.engine_parameters(CHECKED), local_env_runner=False)
+    (engine,) = algo.env_runner_group.foreach_env_runner(
+        lambda runner: runner.engine_parameters(CHECKED), local_env_runner=False
+    )
     return engine
 
 
@@ -87,7 +98,13 @@ def run(cluster, tiny_model_path, tmp_path_factory):
     checkpoint = tmp_path_factory.mktemp("multi_node") / "ckpt"
     algo = config.build_algo()
     try:
-        out = dict(nodes={ROLLOUT: node_with(ROLLOUT), LEARNER: node_with(LEARNER), "driver": ray.get_runtime_context().get_node_id()})
+        out = dict(
+            nodes={
+                ROLLOUT: node_with(ROLLOUT),
+                LEARNER: node_with(LEARNER),
+                "driver": ray.get_runtime_context().get_node_id(),
+            }
+        )
         out["placement"] = placement(algo)
         out["initial"] = learner_weights(algo)
         out["initial_engine"] = engine_weights(algo)
@@ -140,7 +157,9 @@ def test_one_step_samples_and_trains_across_nodes(run):
 def test_engine_on_the_rollout_node_holds_the_learner_weights(run):
     for name in CHECKED:
         learner = run["after_first"][name]
-        np.testing.assert_allclose(unpadded(run["engine_after_first"][name], learner), learner, rtol=0, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            unpadded(run["engine_after_first"][name], learner), learner, rtol=0, atol=1e-6, err_msg=name
+        )
     embed = "model.embed_tokens.weight"
     assert not np.array_equal(run["engine_after_first"][embed], run["initial_engine"][embed])
 
@@ -151,7 +170,9 @@ def test_restored_algorithm_holds_the_saved_weights_on_both_nodes(run):
         np.testing.assert_array_equal(run["restored_weights"][name], value, err_msg=name)
     for name in CHECKED:
         learner = run["after_first"][name]
-        np.testing.assert_allclose(unpadded(run["restored_engine"][name], learner), learner, rtol=0, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            unpadded(run["restored_engine"][name], learner), learner, rtol=0, atol=1e-6, err_msg=name
+        )
 
 
 def test_restored_step_is_the_uninterrupted_step(run):

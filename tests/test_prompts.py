@@ -33,9 +33,7 @@ def test_chat_template_renders_every_message_and_the_generation_prompt(chat_toke
     ids = render_prompt_ids(chat_tokenizer, MESSAGES)
     assert type(ids) is list and all(type(i) is int for i in ids)
     assert chat_tokenizer.decode(ids) == (
-        "<|im_start|>system\nBe brief.<|im_end|>\n"
-        "<|im_start|>user\nWhat is 47 + 8?<|im_end|>\n"
-        "<|im_start|>assistant\n"
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 47 + 8?<|im_end|>\n<|im_start|>assistant\n"
     )
     # A tuple of messages (MathProblem.messages) renders like the list.
     assert render_prompt_ids(chat_tokenizer, list(MESSAGES)) == ids

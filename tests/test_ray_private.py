@@ -28,7 +28,12 @@ def test_no_private_ray_member_is_used_outside_ray_private():
     from pathlib import Path
 
     package = Path(__file__).resolve().parents[1] / "dapo_rllib"
-    called = [m.name for m in PRIVATE_MEMBERS if m.name not in ("_uncompiled_update", "_should_create_evaluation_env_runners", "_make_modules_ddp_if_necessary")]
+    called = [
+        m.name
+        for m in PRIVATE_MEMBERS
+        if m.name
+        not in ("_uncompiled_update", "_should_create_evaluation_env_runners", "_make_modules_ddp_if_necessary")
+    ]
     offenders = [
         f"{path.name}: {name}"
         for path in package.rglob("*.py")

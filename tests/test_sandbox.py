@@ -257,8 +257,7 @@ def test_secrets_in_the_environment_and_files_stay_hidden(sandbox, record, monke
         "    try:\n"
         "        print(pid, open(f'/proc/{pid}/environ', 'rb').read())\n"
         "    except OSError:\n"
-        "        pass\n"
-        + LIST_PROJECT
+        "        pass\n" + LIST_PROJECT
     )
     try:
         result, elapsed = run_attack(sandbox, source, json.dumps(paths).encode())
@@ -352,8 +351,7 @@ def test_program_cannot_undo_its_mounts_or_make_new_namespaces(sandbox, record):
         "    os.memfd_create('ram')\n"
         "    print('memfd_create done')\n"
         "except OSError as error:\n"
-        "    print('memfd_create refused:', error.strerror)\n"
-        + LIST_PROJECT
+        "    print('memfd_create refused:', error.strerror)\n" + LIST_PROJECT
     )
     result, elapsed = run_attack(sandbox, source)
     lines = result.stdout.decode().splitlines()

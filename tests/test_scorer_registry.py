@@ -52,7 +52,9 @@ def test_scorer_for_choices():
 
 
 def test_scorer_for_unknown_source_says_how_to_choose():
-    with pytest.raises(ValueError, match=r"'code_contests'.*\['arithmetic', 'math_dapo', 'scratchpad_sums'\].*'scorer'"):
+    with pytest.raises(
+        ValueError, match=r"'code_contests'.*\['arithmetic', 'math_dapo', 'scratchpad_sums'\].*'scorer'"
+    ):
         scorer_for("code_contests", None)
     with pytest.raises(ValueError, match="'code_contests'"):
         scorer_for("code_contests", {"math_dapo": "math_verify"})
@@ -81,4 +83,3 @@ def test_registry_works_without_ray_or_torch():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1.0"
-

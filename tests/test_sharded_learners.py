@@ -19,7 +19,9 @@ def learner_weights(algo):
 @pytest.fixture(scope="module")
 def zero3(ray_session, tiny_model_path, tmp_path_factory):
     config = (
-        tiny_config(tiny_model_path, deepspeed_config={"zero_optimization": {"stage": 3}}, max_tokens_per_micro_batch=256)
+        tiny_config(
+            tiny_model_path, deepspeed_config={"zero_optimization": {"stage": 3}}, max_tokens_per_micro_batch=256
+        )
         .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
         .learners(num_learners=2, num_cpus_per_learner=0.5)
     )
@@ -41,8 +43,15 @@ def zero3(ray_session, tiny_model_path, tmp_path_factory):
     finally:
         restored.stop()
     return dict(
-        initial=initial, first=first, after_first=after_first, engine_after_first=engine_after_first,
-        continued=continued, continued_weights=continued_weights, resumed=resumed, resumed_weights=resumed_weights, export_dir=export_dir,
+        initial=initial,
+        first=first,
+        after_first=after_first,
+        engine_after_first=engine_after_first,
+        continued=continued,
+        continued_weights=continued_weights,
+        resumed=resumed,
+        resumed_weights=resumed_weights,
+        export_dir=export_dir,
     )
 
 
@@ -58,7 +67,9 @@ def test_two_zero3_learners_train_on_whole_groups(zero3):
 def test_vllm_gets_the_whole_gathered_parameters(zero3):
     for name in CHECKED:
         learner = zero3["after_first"][name]
-        np.testing.assert_allclose(unpadded(zero3["engine_after_first"][name], learner), learner, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            unpadded(zero3["engine_after_first"][name], learner), learner, atol=1e-6, err_msg=name
+        )
 
 
 def test_export_writes_the_whole_parameters(zero3):

@@ -89,9 +89,7 @@ def parse_arithmetic_question(text: str) -> ArithmeticQuestion:
     return question
 
 
-def generate_arithmetic_problems(
-    split: str, num_problems: int | None = None, *, seed: int = 0
-) -> list[MathProblem]:
+def generate_arithmetic_problems(split: str, num_problems: int | None = None, *, seed: int = 0) -> list[MathProblem]:
     """Return the problems of ``split`` in a deterministic, ``seed``-dependent order.
 
     Args:

@@ -32,7 +32,13 @@ OPERATIONS: dict[str, Operation] = {
 }
 #: Names of the generated functions: one that says what it does, and neutral ones that make
 #: the model read the description.
-NAMED_FUNCTIONS = {"sum": "add", "difference": "subtract", "product": "multiply", "maximum": "larger", "minimum": "smaller"}
+NAMED_FUNCTIONS = {
+    "sum": "add",
+    "difference": "subtract",
+    "product": "multiply",
+    "maximum": "larger",
+    "minimum": "smaller",
+}
 NEUTRAL_FUNCTION_NAMES = ("f", "solve", "compute", "combine", "calc")
 PARAMETER_PAIRS = (("a", "b"), ("x", "y"), ("m", "n"), ("p", "q"), ("u", "v"), ("i", "j"))
 #: "... plus K" for K in 1..MAX_ADDEND; 0: no addend.
@@ -90,9 +96,13 @@ class GeneratedFunction(NamedTuple):
         # (str seeds are hashed with SHA-512: stable across processes and Python versions).
         rng = random.Random(self.key)
         low, high = RANDOM_ARGUMENT_RANGE
-        calls = [FIXED_TEST_ARGUMENTS] + [(rng.randint(low, high), rng.randint(low, high)) for _ in range(NUM_RANDOM_TESTS)]
+        calls = [FIXED_TEST_ARGUMENTS] + [
+            (rng.randint(low, high), rng.randint(low, high)) for _ in range(NUM_RANDOM_TESTS)
+        ]
         apply = OPERATIONS[self.operation].apply
-        return FunctionTests(self.name, tuple(list(call) for call in calls), tuple(apply(*call) + self.addend for call in calls))
+        return FunctionTests(
+            self.name, tuple(list(call) for call in calls), tuple(apply(*call) + self.addend for call in calls)
+        )
 
 
 def _all_generated_functions() -> list[GeneratedFunction]:
@@ -122,7 +132,9 @@ def generate_code_tasks(split: str, num_problems: int | None = None, *, seed: in
     random.Random(seed).shuffle(functions)
     if num_problems is not None:
         if not 0 <= num_problems <= len(functions):
-            raise ValueError(f"num_problems={num_problems} is out of range: the generated code {split!r} split has {len(functions)} tasks")
+            raise ValueError(
+                f"num_problems={num_problems} is out of range: the generated code {split!r} split has {len(functions)} tasks"
+            )
         functions = functions[:num_problems]
     return [
         CodeTask(
@@ -143,7 +155,9 @@ def parse_generated_task(task: CodeTask) -> GeneratedFunction:
         ValueError: ``task`` is not a generated task.
     """
     match = _GENERATED_PROMPT_RE.search(task.messages[-1]["content"])
-    operation = next((name for name, op in OPERATIONS.items() if match and op.description == match["description"]), None)
+    operation = next(
+        (name for name, op in OPERATIONS.items() if match and op.description == match["description"]), None
+    )
     if operation is None:
         raise ValueError(f"not a generated code task: {short_repr(task.messages[-1]['content'])}")
     return GeneratedFunction(match["name"], (match["a"], match["b"]), operation, int(match["addend"] or 0))

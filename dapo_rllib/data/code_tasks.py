@@ -141,7 +141,10 @@ class CodeTask:
             raise ValueError("stdio tasks are judged by running the program, they have no calls")
         if self.kind == "assert":
             return tuple(assert_calls(test) for test in self.tests)
-        return tuple((Call(self.tests.fn_name, list(arguments), {}, expected),) for arguments, expected in zip(self.tests.inputs, self.tests.outputs))
+        return tuple(
+            (Call(self.tests.fn_name, list(arguments), {}, expected),)
+            for arguments, expected in zip(self.tests.inputs, self.tests.outputs)
+        )
 
     @cached_property
     def ground_truth(self) -> str:
@@ -189,7 +192,9 @@ def task_to_row(task: CodeTask) -> dict:
 def _task_from_row(row: Mapping[str, Any], where: str, index: int) -> CodeTask:
     data_source = row.get("data_source", DEFAULT_CODE_DATA_SOURCE)
     if not isinstance(data_source, str):
-        raise ValueError(f"{where}: data_source must be a string, got {type(data_source).__name__} {short_repr(data_source)}")
+        raise ValueError(
+            f"{where}: data_source must be a string, got {type(data_source).__name__} {short_repr(data_source)}"
+        )
     messages = _row_messages(row, where)
     column, kind, spec = _row_tests(row, where)
     try:
@@ -257,12 +262,16 @@ def _decoded_json(value: Any, where: str) -> Any:
 def _inputs_outputs_tests(value: Any, where: str) -> tuple[str, Any]:
     """``(kind, unchecked tests)`` of an APPS/TACO ``{"inputs", "outputs"[, "fn_name"]}`` object."""
     if not (isinstance(value, Mapping) and {"inputs", "outputs"} <= set(value)):
-        raise ValueError(f"{where}: expected an object with 'inputs' and 'outputs' (and 'fn_name' for a function), got {short_repr(value)}")
+        raise ValueError(
+            f"{where}: expected an object with 'inputs' and 'outputs' (and 'fn_name' for a function), got {short_repr(value)}"
+        )
     if value.get("fn_name") is not None:
         return "function", value
     inputs, outputs = value["inputs"], value["outputs"]
     if not (isinstance(inputs, list) and isinstance(outputs, list) and len(inputs) == len(outputs)):
-        raise ValueError(f"{where}: 'inputs' and 'outputs' must be lists of the same length, got {short_repr(inputs)} and {short_repr(outputs)}")
+        raise ValueError(
+            f"{where}: 'inputs' and 'outputs' must be lists of the same length, got {short_repr(inputs)} and {short_repr(outputs)}"
+        )
     return "stdio", [{"input": i, "output": o} for i, o in zip(inputs, outputs)]
 
 
@@ -277,7 +286,9 @@ def checked_tests(kind: str, tests: Any) -> TestSpec:
     """
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown code task kind {kind!r}; expected one of {TASK_KINDS}")
-    checker: Callable[[Any], TestSpec] = {"assert": _assert_tests, "stdio": _stdio_cases, "function": _function_tests}[kind]
+    checker: Callable[[Any], TestSpec] = {"assert": _assert_tests, "stdio": _stdio_cases, "function": _function_tests}[
+        kind
+    ]
     return checker(tests)
 
 
@@ -375,7 +386,9 @@ def _stdio_cases(tests: Any) -> tuple[StdioCase, ...]:
     for i, case in enumerate(_non_empty_list(tests, "{'input', 'output'} cases")):
         if isinstance(case, StdioCase):
             case = case._asdict()
-        if not (isinstance(case, Mapping) and isinstance(case.get("input"), str) and isinstance(case.get("output"), str)):
+        if not (
+            isinstance(case, Mapping) and isinstance(case.get("input"), str) and isinstance(case.get("output"), str)
+        ):
             raise ValueError(f"case {i} must be an object with string 'input' and 'output', got {short_repr(case)}")
         cases.append(StdioCase(case["input"], case["output"]))
     return tuple(cases)

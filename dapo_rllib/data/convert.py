@@ -391,8 +391,7 @@ def _pick_field(
         f"no {what} field found in {path}: looked for {', '.join(candidates)}; "
         f"columns found: {columns}; choose one with {argument}= (--{argument.replace('_', '-')} on the command line)"
         + (
-            ". 'solution' is not picked automatically: in MATH-style data it is a worked "
-            "solution, not the final answer"
+            ". 'solution' is not picked automatically: in MATH-style data it is a worked solution, not the final answer"
             if what == "answer" and "solution" in columns
             else ""
         )

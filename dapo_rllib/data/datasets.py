@@ -62,9 +62,7 @@ class MathProblem:
     def __hash__(self) -> int:
         # The generated hash would fail on the (unhashable) message dicts;
         # hashing their items keeps problems usable in sets and as dict keys.
-        return hash(
-            (messages_key(self.messages), self.ground_truth, self.data_source, self.index, self.copies)
-        )
+        return hash((messages_key(self.messages), self.ground_truth, self.data_source, self.index, self.copies))
 
     @property
     def prompt_text(self) -> str:
@@ -118,10 +116,10 @@ def load_math_dataset(path: str | os.PathLike[str]) -> list[MathProblem]:
         numeric_ground_truths += not isinstance(raw_ground_truth, str)
         data_source = row.get("data_source", DEFAULT_DATA_SOURCE)
         if not isinstance(data_source, str):
-            raise TypeError(
-                f"{where}: data_source must be a string, got {type(data_source).__name__} {data_source!r}"
-            )
-        parsed.append(((messages_key(messages), ground_truth), MathProblem(messages, ground_truth, data_source, index=0)))
+            raise TypeError(f"{where}: data_source must be a string, got {type(data_source).__name__} {data_source!r}")
+        parsed.append(
+            ((messages_key(messages), ground_truth), MathProblem(messages, ground_truth, data_source, index=0))
+        )
     if numeric_ground_truths:
         logger.warning(
             "Converted %d numeric ground truths in %s to strings (the scorer compares strings)",
@@ -140,7 +138,14 @@ def merge_repeats(keyed: list[tuple[Hashable, ProblemT]], noun: str, path: Path)
         copies[key] += 1
         first.setdefault(key, item)
     merged = [replace(item, index=index, copies=copies[key]) for index, (key, item) in enumerate(first.items())]
-    logger.info("Loaded %d %s from %s (%d rows, %d duplicates removed)", len(merged), noun, path, len(keyed), len(keyed) - len(merged))
+    logger.info(
+        "Loaded %d %s from %s (%d rows, %d duplicates removed)",
+        len(merged),
+        noun,
+        path,
+        len(keyed),
+        len(keyed) - len(merged),
+    )
     return merged
 
 
@@ -351,8 +356,7 @@ def parse_prompt(prompt: Any, where: str, *, require_text: bool = True) -> tuple
             and isinstance(message.get("content"), str)
         ):
             raise ValueError(
-                f"{where}: each prompt message must be a dict "
-                f"with string 'role' and 'content', got {_short(message)}"
+                f"{where}: each prompt message must be a dict with string 'role' and 'content', got {_short(message)}"
             )
         # Only role and content are kept: parquet fills keys that some
         # messages lack with None, which would make equal prompts differ.
@@ -368,9 +372,7 @@ def parse_prompt(prompt: Any, where: str, *, require_text: bool = True) -> tuple
 def _reward_model_ground_truth(reward_model: Any, where: str) -> Any:
     """Return a row's raw ``reward_model.ground_truth`` (not yet converted to a string)."""
     if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-        raise ValueError(
-            f"{where}: reward_model must be a dict with a 'ground_truth' key, got {_short(reward_model)}"
-        )
+        raise ValueError(f"{where}: reward_model must be a dict with a 'ground_truth' key, got {_short(reward_model)}")
     return reward_model["ground_truth"]
 
 

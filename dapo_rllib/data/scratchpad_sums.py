@@ -65,7 +65,9 @@ def generate_sum_problems(split: str, num_problems: int, *, seed: int = 0) -> li
     one_addend = (START_RANGE[1] - START_RANGE[0] + 1) * (ADDEND_RANGE[1] - ADDEND_RANGE[0] + 1)
     limit = MAX_ADDENDS * (one_addend // 2 if split == "train" else one_addend // (2 * TEST_SPLIT_MODULUS))
     if num_problems > limit:
-        raise ValueError(f"num_problems={num_problems}: the {split!r} split has at most {limit} (as many problems with one addend as with {MAX_ADDENDS})")
+        raise ValueError(
+            f"num_problems={num_problems}: the {split!r} split has at most {limit} (as many problems with one addend as with {MAX_ADDENDS})"
+        )
     rng = random.Random(f"{split}/{seed}")
     seen: set[str] = set()
     problems: list[MathProblem] = []

@@ -151,7 +151,11 @@ for index, (name, args, kwargs) in enumerate(request["calls"]):
 os._exit(0)
 """
 # A call's outcome per what the runner said (an unserialisable value is a wrong answer).
-_CALL_ERRORS: Final = {"runtime error": "runtime error", "memory limit": "memory limit", "unserialisable": "wrong answer"}
+_CALL_ERRORS: Final = {
+    "runtime error": "runtime error",
+    "memory limit": "memory limit",
+    "unserialisable": "wrong answer",
+}
 
 
 def score_code(completion: str, task: CodeTask, sandbox: Sandbox, *, reward: str = "binary") -> CodeScoreResult:

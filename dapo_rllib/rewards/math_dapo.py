@@ -162,9 +162,7 @@ def normalize_final_answer(final_answer: str) -> str:
     digits (``"1,000"`` -> ``"1000"``); strip surrounding whitespace.
     """
     if not isinstance(final_answer, str):
-        raise TypeError(
-            f"final_answer must be a str, got {type(final_answer).__name__}; expected a string"
-        )
+        raise TypeError(f"final_answer must be a str, got {type(final_answer).__name__}; expected a string")
     # "x = 12" -> " 12": only the right-hand side of the last equation is the answer.
     text = final_answer.rpartition("=")[2]
     for old, new in _LITERAL_REPLACEMENTS:
@@ -217,9 +215,7 @@ def _strict_box_prediction(window: str, pause_tokens_index: Sequence[int] | None
         tail = window[-STRICT_BOX_WINDOW_CHARS:]
     else:
         if len(pause_tokens_index) != 4:
-            raise ValueError(
-                f"pause_tokens_index must hold 4 indices, got {len(pause_tokens_index)}"
-            )
+            raise ValueError(f"pause_tokens_index must hold 4 indices, got {len(pause_tokens_index)}")
         # Reference behaviour, kept as is: the index is applied to the 300-character
         # window, and a start below 0 counts from the end of it (plain Python slicing).
         tail = window[pause_tokens_index[-1] - STRICT_BOX_WINDOW_CHARS :]
@@ -251,13 +247,9 @@ def compute_score(
         ValueError: if ``pause_tokens_index`` is given without exactly 4 entries.
     """
     if not isinstance(solution_str, str):
-        raise TypeError(
-            f"solution_str must be a str, got {type(solution_str).__name__}; expected a string"
-        )
+        raise TypeError(f"solution_str must be a str, got {type(solution_str).__name__}; expected a string")
     if not isinstance(ground_truth, str):
-        raise TypeError(
-            f"ground_truth must be a str, got {type(ground_truth).__name__}; expected a string"
-        )
+        raise TypeError(f"ground_truth must be a str, got {type(ground_truth).__name__}; expected a string")
 
     # Everything below sees at most RESPONSE_WINDOW_CHARS characters of model output,
     # which keeps the regex work bounded however long the response is.

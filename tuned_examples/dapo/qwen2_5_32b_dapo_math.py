@@ -50,7 +50,13 @@ config = (
         minibatch_size_prompts=32,
         max_tokens_per_micro_batch=2048 + 20480,
         gradient_checkpointing=True,
-        deepspeed_config={"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True}, "overlap_comm": True}},
+        deepspeed_config={
+            "zero_optimization": {
+                "stage": 3,
+                "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                "overlap_comm": True,
+            }
+        },
         max_prompt_length=2048,
         max_response_length=20480,
         overlong_buffer_len=4096,

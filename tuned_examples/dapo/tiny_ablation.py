@@ -38,7 +38,9 @@ TARGET = 0.55
 METRIC = f"evaluation/{SUMS_DATA_SOURCE}/avg@{EVAL_SAMPLES}"
 
 model = ensure_tiny_model(task="sums")
-train_file, test_file = ensure_sum_datasets(default_tiny_model_path("sums").with_name("scratchpad-sums-data"), train_problems=2400, test_problems=120)
+train_file, test_file = ensure_sum_datasets(
+    default_tiny_model_path("sums").with_name("scratchpad-sums-data"), train_problems=2400, test_problems=120
+)
 
 base = (
     DAPOConfig()
@@ -83,9 +85,17 @@ def after_run(outcomes, run_dir) -> None:
 
 
 if __name__ == "__main__":
-    parser = add_train_options(argparse.ArgumentParser(description="The DAPO ablation on the scratchpad-sums task (options as for `rllib train file`)."))
+    parser = add_train_options(
+        argparse.ArgumentParser(
+            description="The DAPO ablation on the scratchpad-sums task (options as for `rllib train file`)."
+        )
+    )
     parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per stage (default {SEEDS})")
     args = parser.parse_args()
     if args.no_tune:
         parser.error("the ablation is a Tune grid (stages x seeds): drop --no-tune")
-    train(ablation_search_space(base, seeds=args.seeds, soft_overlong_buffer=SOFT_OVERLONG_BUFFER), TrainOptions.from_args(args, stop), after_run)
+    train(
+        ablation_search_space(base, seeds=args.seeds, soft_overlong_buffer=SOFT_OVERLONG_BUFFER),
+        TrainOptions.from_args(args, stop),
+        after_run,
+    )
