@@ -24,14 +24,33 @@ Part of what RL then learns from the verifiable reward is that format, the rest 
 task right: both show up in held-out accuracy. The result is a plain `save_pretrained`
 directory: any other Hugging Face model directory (a local Qwen2.5 checkpoint, say) can be used
 in its place.
+
+The build is as reproducible as torch allows: it runs in a child process whose kernels are
+pinned where the CPU allows (`build_environment`: the AVX2 code paths of torch, oneDNN and, on
+Intel CPUs, MKL on any x86-64 CPU with AVX2; `BUILD_THREADS` threads), with torch's
+deterministic algorithms on, and every random draw (data, initialization, held-out sampling)
+comes from `seed`; README.md ("The tiny model") says what still differs. Next to the weights
+it writes `build_record.json` (`BUILD_RECORD`): the recipe, the seed, a fingerprint of the
+weights (`weights_fingerprint`), the held-out accuracy of the built model (`held_out_accuracy`)
+and the machine it was built on. `describe_build` compares a build with the one the test suite was
+checked with (`REFERENCE_BUILDS`); tests/conftest.py prints that when a test fails.
+
+$DAPO_RLLIB_TINY_SEED (`SEED_ENV`, default 0) is the seed of the default builds: another seed
+builds another model the same recipe can produce, into `<version>-seed<N>`, to check that the
+test suite does not depend on the particular model built.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
+import platform
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,6 +65,7 @@ from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arith
 from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
 from dapo_rllib.data.prompts import render_prompt_ids
 from dapo_rllib.data.scratchpad_sums import generate_sum_problems, parse_sum_question, scratchpad_lines
+from dapo_rllib.rewards.math_dapo import compute_score as math_dapo_score
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 CHAT_TEMPLATE = (
@@ -63,6 +83,17 @@ CODE_ANSWER_STYLES = ((0.4, "return"), (0.3, "print"), (0.3, "wrong name"))
 # limit); the answer alone (short, right only when the sum is done in one go).
 SUMS_ANSWER_STYLES = ((0.4, "scratchpad"), (0.3, "spaced"), (0.3, "direct"))
 SUMS_TRAIN_PROBLEMS = 2400
+SUMS_TEST_PROBLEMS = 120  # the ablation's held-out set (tuned_examples/dapo/tiny_ablation.py)
+
+#: The build's file of record, written next to the weights.
+BUILD_RECORD = "build_record.json"
+#: The environment variable that holds the seed of default builds (0 when unset).
+SEED_ENV = "DAPO_RLLIB_TINY_SEED"
+#: Intra-op threads of a build: fixed, so that reductions are split the same way on any machine.
+#: Two: as fast as an unpinned build on an idle 2-core machine (one thread takes 1.7 times as long).
+BUILD_THREADS = 2
+#: Samples per held-out problem in a build record (at temperature 1.0, as RL samples).
+HELD_OUT_SAMPLES = 4
 
 
 def worked_solution(problem_text: str, style: str) -> str:
@@ -93,6 +124,18 @@ def _code_train_tasks(seed: int) -> list:
     return generate_code_tasks("train", seed=seed)
 
 
+def _math_correct(problem, response: str) -> bool:
+    return bool(math_dapo_score(response, problem.ground_truth)["acc"])
+
+
+def _code_matches_reference(task, response: str) -> bool:
+    """The response's code is the reference solution (up to trailing whitespace): a lower bound
+    on passing the tests, without running model-written code during a build."""
+    from dapo_rllib.rewards.code import extract_code, normalize_output
+
+    return normalize_output(extract_code(response) or "") == normalize_output(extract_code(reference_solution(task)))
+
+
 @dataclass(frozen=True)
 class WarmStartRecipe:
     """What a tiny model learns before RL: a task's training problems and ways of answering.
@@ -103,32 +146,58 @@ class WarmStartRecipe:
         answer: (problem, style) -> the response text imitated.
         styles: (weight, style) pairs: how often each way of answering is imitated.
         sft_steps, batch_size: Length of the warm start: how far from right the RL starts.
+        test_problems: () -> the held-out problems the build record's accuracy is measured on.
+        correct: (problem, response) -> whether the response is right (`scored_by` says how).
+        max_new_tokens: Response limit of that measurement (the task's tuned example's).
     """
 
     version: str
     train_problems: Callable[[int], list]
     answer: Callable[[Any, str], str]
     styles: tuple[tuple[float, str], ...]
+    test_problems: Callable[[], list]
+    correct: Callable[[Any, str], bool]
+    scored_by: str
+    max_new_tokens: int
     sft_steps: int = 800
     batch_size: int = 64
 
 
+# v2: built with pinned kernels and a fixed thread count (a v1 build depended on the CPU it ran on).
 RECIPES: dict[str, WarmStartRecipe] = {
     "arithmetic": WarmStartRecipe(
-        "tiny-qwen2-arith-v1",
+        "tiny-qwen2-arith-v2",
         lambda seed: generate_arithmetic_problems("train", seed=seed),
         lambda problem, style: worked_solution(problem.prompt_text, style),
         ANSWER_STYLES,
+        lambda: generate_arithmetic_problems("test"),
+        _math_correct,
+        "math_dapo",
+        max_new_tokens=32,
     ),
-    "code": WarmStartRecipe("tiny-qwen2-code-v1", _code_train_tasks, code_answer, CODE_ANSWER_STYLES),
+    "code": WarmStartRecipe(
+        "tiny-qwen2-code-v2",
+        _code_train_tasks,
+        code_answer,
+        CODE_ANSWER_STYLES,
+        lambda: generate_code_tasks("test"),
+        _code_matches_reference,
+        "the reference solution's code, exactly (a lower bound on passing the tests)",
+        max_new_tokens=64,
+    ),
     "sums": WarmStartRecipe(
-        "tiny-qwen2-sums-v1",
+        "tiny-qwen2-sums-v2",
         lambda seed: generate_sum_problems("train", SUMS_TRAIN_PROBLEMS, seed=seed),
         lambda problem, style: sums_answer(problem.prompt_text, style),
         SUMS_ANSWER_STYLES,
-        # Light: the RL starts right on about a third of held-out sums (avg@4 0.34). The
-        # accuracy jumps with the length of the warm start: 600 steps start at 0.12, where
-        # naive GRPO finds too few right answers to learn from; 1,000 start at 0.78.
+        lambda: generate_sum_problems("test", SUMS_TEST_PROBLEMS),
+        _math_correct,
+        "math_dapo",
+        max_new_tokens=64,
+        # Light: the RL starts right on a quarter to a third of held-out sums (avg@4 0.34 for the
+        # v1 build, 0.26 for v2's reference build). The accuracy jumps with the length of the warm
+        # start (v1): 600 steps start at 0.12, where naive GRPO finds too few right answers to
+        # learn from; 1,000 start at 0.78.
         sft_steps=800,
         batch_size=32,
     ),
@@ -146,8 +215,19 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("DAPO_RLLIB_CACHE", Path.home() / ".cache" / "dapo_rllib"))
 
 
-def default_tiny_model_path(task: str = "arithmetic") -> Path:
-    return default_cache_dir() / _recipe(task).version
+def default_seed() -> int:
+    """The seed of default builds: $DAPO_RLLIB_TINY_SEED, else 0."""
+    value = os.environ.get(SEED_ENV, "0")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"${SEED_ENV}={value!r} is not an integer seed") from None
+
+
+def default_tiny_model_path(task: str = "arithmetic", seed: int | None = None) -> Path:
+    """`<cache>/<version>` for seed 0, `<cache>/<version>-seed<N>` for another."""
+    seed = default_seed() if seed is None else seed
+    return default_cache_dir() / (_recipe(task).version + (f"-seed{seed}" if seed else ""))
 
 
 def build_tokenizer(corpus: list[str]):
@@ -180,7 +260,9 @@ def build_tokenizer(corpus: list[str]):
     )
 
 
-def _sft_examples(recipe: WarmStartRecipe, tokenizer, num_examples: int, seed: int) -> list[tuple[list[int], list[int]]]:
+def _sft_examples(
+    recipe: WarmStartRecipe, tokenizer, num_examples: int, seed: int
+) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, response ids + eos) pairs of training-split problems."""
     rng = np.random.default_rng(seed)
     problems = recipe.train_problems(seed)
@@ -209,7 +291,9 @@ def _collate(examples, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return ids, labels, attn
 
 
-def _warm_start(recipe: WarmStartRecipe, model, tokenizer, *, steps: int, batch_size: int, lr: float, seed: int) -> None:
+def _warm_start(
+    recipe: WarmStartRecipe, model, tokenizer, *, steps: int, batch_size: int, lr: float, seed: int
+) -> None:
     examples = _sft_examples(recipe, tokenizer, steps * batch_size, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
@@ -230,11 +314,52 @@ def _warm_start(recipe: WarmStartRecipe, model, tokenizer, *, steps: int, batch_
         sched.step()
         if step % 50 == 0 or step == steps - 1:
             print(
-                f"[tiny model] warm start step {step + 1}/{steps}  loss {loss.item():.3f}  "
-                f"{time.time() - start:.0f}s",
+                f"[tiny model] warm start step {step + 1}/{steps}  loss {loss.item():.3f}  {time.time() - start:.0f}s",
                 flush=True,
             )
     model.eval()
+
+
+def build_environment() -> dict[str, str]:
+    """Environment variables that pin a build's kernels, as far as this CPU allows.
+
+    torch, MKL and oneDNN read them when they first run, so the build runs in a child process
+    that starts with them: on an x86-64 CPU with AVX2 (and FMA), torch's own vectorized kernels
+    (`ATEN_CPU_CAPABILITY`), MKL's code path (`MKL_CBWR`, its conditional numerical
+    reproducibility) and oneDNN's (`ONEDNN_MAX_CPU_ISA`) are those of AVX2, whatever newer
+    instructions (AVX-512, AMX) the CPU has. MKL honours its AVX2 branch on Intel CPUs only (on
+    others it picks its kernels itself; its one branch for every CPU, COMPATIBLE, doubles the build
+    time); elsewhere (ARM, older x86) all kernels are the CPU's own. Always: `BUILD_THREADS`
+    OpenMP/MKL threads, which sleep rather than spin while they wait (on a busy machine spinning
+    threads made the build up to 3 times slower), no tokenizer threads.
+    """
+    env = {
+        "OMP_NUM_THREADS": str(BUILD_THREADS),
+        "MKL_NUM_THREADS": str(BUILD_THREADS),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    if {"avx2", "fma"} <= _cpu_flags():
+        env |= {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    return env
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux; empty elsewhere)."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    match = re.search(r"^(?:flags|Features)\s*:(.*)$", cpuinfo, re.MULTILINE)
+    return set(match.group(1).split()) if match else set()
+
+
+def _cpu_name() -> str:
+    try:
+        match = re.search(r"^model name\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+    except OSError:
+        match = None
+    return match.group(1).strip() if match else platform.processor() or platform.machine()
 
 
 def build_tiny_model(
@@ -246,14 +371,48 @@ def build_tiny_model(
     lr: float = 3e-3,
     seed: int = 0,
 ) -> Path:
-    """Build tokenizer + Qwen2 model, warm-start it and `save_pretrained` it to `output_dir`.
+    """Build tokenizer + Qwen2 model, warm-start it and `save_pretrained` it to `output_dir`,
+    with its `BUILD_RECORD`.
 
+    Runs in a child process with `build_environment()` (its output goes to this process's).
     `sft_steps` and `batch_size` default to the task's recipe. Written atomically (see `_save`).
+
+    Raises:
+        RuntimeError: The build failed (the child's output above says why).
     """
+    _recipe(task)
+    args = {
+        "output_dir": str(output_dir),
+        "task": task,
+        "sft_steps": sft_steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+    }
+    package_root = str(Path(__file__).resolve().parents[1])
+    env = os.environ | build_environment() | {"DAPO_RLLIB_NO_REGISTRATION": "1"}  # the child needs no Ray
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    code = "import sys, json; from dapo_rllib.tiny_model import _build; _build(**json.loads(sys.argv[1]))"
+    sys.stdout.flush()
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"building the tiny {task} model into {output_dir} failed (exit status {done.returncode}); "
+            "the build's output above says why"
+        )
+    return Path(output_dir)
+
+
+def _build(output_dir: str, *, task: str, sft_steps: int | None, batch_size: int | None, lr: float, seed: int) -> Path:
+    """The build itself, in the process `build_tiny_model` started."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    start = time.time()
+    torch.set_num_threads(BUILD_THREADS)
+    torch.use_deterministic_algorithms(True)
     recipe = _recipe(task)
     output_dir = Path(output_dir)
+    sft_steps, batch_size = sft_steps or recipe.sft_steps, batch_size or recipe.batch_size
     torch.manual_seed(seed)
     corpus = [
         p.messages[-1]["content"] + "\n" + recipe.answer(p, recipe.styles[i % len(recipe.styles)][1])
@@ -277,14 +436,179 @@ def build_tiny_model(
     model = Qwen2ForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"[tiny model] building a {n_params / 1e6:.2f}M-parameter Qwen2 for {task} into {output_dir}", flush=True)
-    _warm_start(recipe, model, tokenizer, steps=sft_steps or recipe.sft_steps, batch_size=batch_size or recipe.batch_size, lr=lr, seed=seed)
+    _warm_start(recipe, model, tokenizer, steps=sft_steps, batch_size=batch_size, lr=lr, seed=seed)
+    held_out = held_out_accuracy(model, tokenizer, task, seed=seed)
+    print(f"[tiny model] held-out {held_out['problems']} problems: " + _accuracy_text(held_out), flush=True)
+    flags = _cpu_flags()
+    record = {
+        "task": task,
+        "version": recipe.version,
+        "seed": seed,
+        "sft_steps": sft_steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "held_out": held_out,
+        "built_with": {
+            "torch": torch.__version__,
+            "transformers": _version("transformers"),
+            "tokenizers": _version("tokenizers"),
+            "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "environment": {name: os.environ.get(name) for name in build_environment()},
+            "cpu": _cpu_name(),
+            "machine": platform.machine(),
+            "cpu_flags": sorted(f for f in flags if re.fullmatch(r"sse4_2|avx|avx2|fma|f16c|avx512\w*|amx\w*", f)),
+            "seconds": None,  # filled in by _save
+        },
+    }
+    return _save(model, tokenizer, output_dir, record=record, started=start)
 
-    return _save(model, tokenizer, output_dir)
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
 
 
-def _save(model, tokenizer, output_dir: Path) -> Path:
-    """`save_pretrained` model and tokenizer into a temporary sibling directory, renamed at the
-    end, so a crashed or concurrent build never leaves a half-written model behind."""
+@torch.no_grad()
+def held_out_accuracy(model, tokenizer, task: str, *, samples: int = HELD_OUT_SAMPLES, seed: int = 0) -> dict:
+    """Accuracy of `model` on the task's held-out problems, `samples` seeded samples per problem at
+    temperature 1.0 (what RL starts from): avg@samples, and mixed@samples, the share of problems
+    whose samples are neither all right nor all wrong (what dynamic sampling keeps)."""
+    from transformers import GenerationConfig
+
+    recipe = _recipe(task)
+    problems = recipe.test_problems()
+    generation = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=None,
+        max_new_tokens=recipe.max_new_tokens,
+        num_return_sequences=samples,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    was_training = model.training
+    model.eval()
+    torch.manual_seed(seed)
+    right = []
+    for first in range(0, len(problems), 64):
+        chunk = problems[first : first + 64]
+        prompts = [render_prompt_ids(tokenizer, p.messages) for p in chunk]
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for row, prompt in enumerate(prompts):  # left-padded
+            ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attn[row, width - len(prompt) :] = 1
+        out = model.generate(input_ids=ids, attention_mask=attn, generation_config=generation)
+        texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+        right += [[recipe.correct(p, texts[i * samples + j]) for j in range(samples)] for i, p in enumerate(chunk)]
+    model.train(was_training)
+    right = np.array(right, dtype=bool)
+    mixed = right.any(axis=1) & ~right.all(axis=1)
+    return {
+        "problems": len(problems),
+        "samples": samples,
+        "temperature": 1.0,
+        "max_new_tokens": recipe.max_new_tokens,
+        f"avg@{samples}": round(float(right.mean()), 4),
+        f"mixed@{samples}": round(float(mixed.mean()), 4),
+        "scored_by": recipe.scored_by,
+    }
+
+
+def _accuracy_text(held_out: dict) -> str:
+    n = held_out["samples"]
+    return f"avg@{n} {held_out[f'avg@{n}']:.3f}, mixed@{n} {held_out[f'mixed@{n}']:.3f}"
+
+
+def weights_fingerprint(model_dir: str | os.PathLike) -> str:
+    """sha256 over a model directory's weights: every tensor of its *.safetensors files, in name
+    order, as name, dtype, shape and raw bytes. Equal fingerprints: bit-identical weights."""
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for file in sorted(Path(model_dir).glob("*.safetensors")):
+        tensors |= load_file(file)
+    if not tensors:
+        raise FileNotFoundError(f"no *.safetensors weights in {model_dir}")
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def read_build_record(model_dir: str | os.PathLike) -> dict | None:
+    """The `BUILD_RECORD` of a model directory, None if it has none (not built here, or before v2)."""
+    try:
+        return json.loads((Path(model_dir) / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+#: The builds the test suite was last checked with (seed 0; torch 2.13.0+cpu on an AMD EPYC with
+#: AVX-512, kernels pinned to AVX2): version -> the fingerprint and held-out accuracy of its record.
+REFERENCE_BUILDS: dict[str, dict[str, Any]] = {
+    "tiny-qwen2-arith-v2": {
+        "fingerprint": "9b98d9d9349c31037634e083f7e39f89d87a3e4dc2d4dee4b85b838ee21f5381",
+        "held_out": {"samples": 4, "avg@4": 0.285, "mixed@4": 0.6839},
+    },
+    "tiny-qwen2-code-v2": {
+        "fingerprint": "f59d8f94f0f34ad07dbdd6db249fce561f7508f909914f226b01240f46c4b99f",
+        "held_out": {"samples": 4, "avg@4": 0.0668, "mixed@4": 0.2094},
+    },
+    "tiny-qwen2-sums-v2": {
+        "fingerprint": "267ad9b380e3da81dc751516529bed3e87df8badccf53d534393ddb3b1160e68",
+        "held_out": {"samples": 4, "avg@4": 0.2604, "mixed@4": 0.5083},
+    },
+}
+
+
+def is_reference_build(model_dir: str | os.PathLike) -> bool | None:
+    """Whether the model in `model_dir` is the reference build of its recipe (`REFERENCE_BUILDS`);
+    None when it has no build record or its version no reference."""
+    record = read_build_record(model_dir)
+    reference = REFERENCE_BUILDS.get(record["version"]) if record else None
+    return None if reference is None else reference["fingerprint"] == record["fingerprint"]
+
+
+def describe_build(model_dir: str | os.PathLike) -> str:
+    """One line on the model in `model_dir`: its fingerprint and held-out accuracy, and whether it
+    is the reference build of its recipe, the one the tests were checked with."""
+    record = read_build_record(model_dir)
+    if record is None:
+        fingerprint = weights_fingerprint(model_dir)[:16]
+        return f"{model_dir}: fingerprint {fingerprint}, no {BUILD_RECORD} (not built by this tiny_model.py)"
+    built = record["built_with"]
+    line = (
+        f"{model_dir}: {record['version']} seed {record['seed']}, fingerprint {record['fingerprint'][:16]}, "
+        f"held-out {_accuracy_text(record['held_out'])}; built with torch {built['torch']}, "
+        f"{built['cpu_capability']} kernels, {built['threads']} thread(s) on {built['cpu']}"
+    )
+    match = is_reference_build(model_dir)
+    if match is None:
+        return line + "; no reference build of this version to compare with"
+    if match:
+        return line + "; the reference build (the model the tests were checked with)"
+    reference = REFERENCE_BUILDS[record["version"]]
+    return line + (
+        f"; NOT the reference build (fingerprint {reference['fingerprint'][:16]}, held-out "
+        f"{_accuracy_text(reference['held_out'])}) the tests were checked with"
+    )
+
+
+def _save(model, tokenizer, output_dir: Path, *, record: dict | None = None, started: float | None = None) -> Path:
+    """`save_pretrained` model and tokenizer (and `record`, completed with the weights'
+    fingerprint, as `BUILD_RECORD`) into a temporary sibling directory, renamed at the end, so a
+    crashed or concurrent build never leaves a half-written model behind."""
     from transformers import GenerationConfig
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -292,6 +616,12 @@ def _save(model, tokenizer, output_dir: Path) -> Path:
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    if record is not None:
+        record = {"fingerprint": weights_fingerprint(tmp)} | record
+        if started is not None:
+            record["built_with"]["seconds"] = round(time.time() - started, 1)
+        (tmp / BUILD_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        print(f"[tiny model] fingerprint {record['fingerprint'][:16]} ({BUILD_RECORD})", flush=True)
     try:
         tmp.rename(output_dir)
     except OSError:  # another process finished first: keep theirs
@@ -299,7 +629,9 @@ def _save(model, tokenizer, output_dir: Path) -> Path:
     return output_dir
 
 
-def build_random_model(output_dir: str | os.PathLike, shape: dict, tokenizer_path: str | os.PathLike, *, seed: int = 0) -> Path:
+def build_random_model(
+    output_dir: str | os.PathLike, shape: dict, tokenizer_path: str | os.PathLike, *, seed: int = 0
+) -> Path:
     """A Qwen2 of the given shape with random weights and the tokenizer of `tokenizer_path`.
 
     For measuring scale without downloading a checkpoint: e.g. Qwen2.5-0.5B's shape (hidden 896,
@@ -322,13 +654,19 @@ def build_random_model(output_dir: str | os.PathLike, shape: dict, tokenizer_pat
         pad_token_id=tokenizer.pad_token_id,
     )
     model = Qwen2ForCausalLM(config)
-    print(f"[model] building a random {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M-parameter Qwen2 into {output_dir}", flush=True)
+    print(
+        f"[model] building a random {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M-parameter Qwen2 into {output_dir}",
+        flush=True,
+    )
     return _save(model, tokenizer, output_dir)
 
 
 def ensure_tiny_model(path: str | os.PathLike | None = None, *, task: str = "arithmetic", **build_kwargs) -> Path:
-    """Return the directory of the tiny model for `task`, building it first if it is not there yet."""
-    path = Path(path) if path is not None else default_tiny_model_path(task)
+    """Return the directory of the tiny model for `task`, building it first if it is not there yet.
+
+    Without `path`: the default build of `seed` (build_kwargs; default $DAPO_RLLIB_TINY_SEED or 0)."""
+    build_kwargs.setdefault("seed", default_seed())
+    path = Path(path) if path is not None else default_tiny_model_path(task, build_kwargs["seed"])
     if not (path / "config.json").exists():
         build_tiny_model(path, task=task, **build_kwargs)
     return path

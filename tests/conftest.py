@@ -1,16 +1,34 @@
-"""Shared, expensive fixtures: one Ray session and one tiny model for the whole test run."""
+"""Shared, expensive fixtures: one Ray session and one tiny model for the whole test run.
+
+A failing test that used a tiny model reports which one (a "tiny model" section, repeated at the
+end of the run): the fingerprint and held-out accuracy from its build record, and whether it is
+the build the tests were checked with (`dapo_rllib.tiny_model.REFERENCE_BUILDS`).
+"""
 
 import pytest
 
 import dapo_rllib  # noqa: F401  (sets vLLM's environment defaults before any test imports vLLM)
 
+# Tiny model fixture name -> (a line on the model it returned, whether that is the reference build).
+_TINY_MODELS = pytest.StashKey[dict]()
+# Those fixture names that a failing test used.
+_FAILED_WITH = pytest.StashKey[set]()
+
+
+def _tiny_model(request, path) -> str:
+    from dapo_rllib.tiny_model import describe_build, is_reference_build
+
+    models = request.config.stash.setdefault(_TINY_MODELS, {})
+    models[request.fixturename] = (describe_build(path), is_reference_build(path))
+    return str(path)
+
 
 @pytest.fixture(scope="session")
-def tiny_model_path():
+def tiny_model_path(request):
     """The built-in tiny model (built into the cache on first use, ~3 minutes on 2 cores)."""
     from dapo_rllib.tiny_model import ensure_tiny_model
 
-    return str(ensure_tiny_model())
+    return _tiny_model(request, ensure_tiny_model())
 
 
 @pytest.fixture(scope="session")
@@ -26,11 +44,51 @@ def plain_tokenizer_path(tiny_model_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_code_model_path():
+def tiny_code_model_path(request):
     """The tiny model warm-started on the generated code tasks (built on first use, cached)."""
     from dapo_rllib.tiny_model import ensure_tiny_model
 
-    return str(ensure_tiny_model(task="code"))
+    return _tiny_model(request, ensure_tiny_model(task="code"))
+
+
+def pytest_report_header(config):
+    """The default tiny models in the cache (shown without -q)."""
+    from dapo_rllib.tiny_model import default_tiny_model_path, describe_build
+
+    lines = []
+    for task in ("arithmetic", "code"):
+        path = default_tiny_model_path(task)
+        described = describe_build(path) if path.exists() else f"{path} (built on first use)"
+        lines.append(f"tiny {task} model: {described}")
+    return lines
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test (or its fixture) that used a tiny model gets a section naming the model."""
+    report = (yield).get_result()
+    if not report.failed:
+        return
+    models = item.config.stash.get(_TINY_MODELS, {})
+    used = [name for name in models if name in item.fixturenames]
+    if used:
+        item.config.stash.setdefault(_FAILED_WITH, set()).update(used)
+        report.sections.append(("tiny model", "\n".join(f"{name}: {models[name][0]}" for name in used)))
+
+
+def _write_tiny_models(terminalreporter, config) -> None:
+    failed_with = config.stash.get(_FAILED_WITH, set())
+    if not failed_with:
+        return
+    models = config.stash[_TINY_MODELS]
+    terminalreporter.write_sep("=", "tiny models of the failed tests")
+    for name in sorted(failed_with):
+        terminalreporter.write_line(f"{name}: {models[name][0]}")
+    if any(models[name][1] is False for name in failed_with):
+        terminalreporter.write_line(
+            "The tests should hold for any model the build produces: a failure with a model other than the "
+            "reference build may be a test that depends on its model; please report it with the lines above."
+        )
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +113,7 @@ def containment_report(request):
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     yield  # after pytest's own summaries, so that the report ends the output
+    _write_tiny_models(terminalreporter, config)
     report = config.stash.get(_CONTAINMENT_REPORT, None)
     if not report or not report["rows"]:
         return

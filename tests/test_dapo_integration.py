@@ -27,15 +27,26 @@ def tiny_config(model_path, **overrides):
         max_prompt_length=128,
         max_response_length=24,
         overlong_buffer_len=4,
-        lr=1e-3,
+        # Small enough that the few iterations of a test cannot collapse the policy, whichever tiny
+        # model the build produced (issue 21): at 1e-3 the share of informative groups fell from
+        # 0.83 to 0.11 in 5 iterations on one model, at 3e-4 it stayed >= 0.5 on all three tried.
+        lr=3e-4,
         lr_warmup_steps=2,
     )
     settings.update(overrides)
-    return DAPOConfig().training(**settings).evaluation(eval_num_samples=2, eval_max_problems=16, val_before_train=False).debugging(seed=0)
+    return (
+        DAPOConfig()
+        .training(**settings)
+        .evaluation(eval_num_samples=2, eval_max_problems=16, val_before_train=False)
+        .debugging(seed=0)
+    )
 
 
 def learner_weights(algo):
-    return {k: v.detach().numpy().copy() for k, v in algo.learner_group._learner.module["default_policy"].model.state_dict().items()}
+    return {
+        k: v.detach().numpy().copy()
+        for k, v in algo.learner_group._learner.module["default_policy"].model.state_dict().items()
+    }
 
 
 def engine_weights(algo):
@@ -49,14 +60,23 @@ def unpadded(engine_param, learner_param):
 
 @pytest.fixture(scope="module")
 def trained(ray_session, tiny_model_path, tmp_path_factory):
-    config = tiny_config(tiny_model_path).env_runners(num_env_runners=1).evaluation(evaluation_interval=2, val_before_train=True)
+    # train_on_partial_batch: were the groups a model leaves informative to run out at the round
+    # cap, iterations 3 and 4 (`resumed`) would train the same partial batch twice, not stop.
+    config = tiny_config(tiny_model_path, train_on_partial_batch=True).env_runners(num_env_runners=1)
+    config = config.evaluation(evaluation_interval=2, val_before_train=True)
     algo = config.build_algo()
     initial_engine = engine_weights(algo)
     initial_learner = learner_weights(algo)
     results = [algo.train() for _ in range(2)]
     checkpoint = tmp_path_factory.mktemp("ckpt") / "dapo"
     algo.save_to_path(str(checkpoint))
-    yield dict(algo=algo, results=results, initial_engine=initial_engine, initial_learner=initial_learner, checkpoint=checkpoint)
+    yield dict(
+        algo=algo,
+        results=results,
+        initial_engine=initial_engine,
+        initial_learner=initial_learner,
+        checkpoint=checkpoint,
+    )
     algo.stop()
 
 
@@ -67,13 +87,24 @@ def test_two_iterations_train_and_report_dapo_metrics(trained):
         assert 1 <= rollout["generation_rounds"] <= 8
         assert 0 < rollout["groups_kept_fraction"] <= 1
         learner = result["learners"]["default_policy"]
-        for key in ("policy_loss", "entropy", "pg_clipfrac_low", "pg_clipfrac_high", "pg_clipfrac_dual", "approx_kl", "grad_norm", "mean_token_prob"):
+        for key in (
+            "policy_loss",
+            "entropy",
+            "pg_clipfrac_low",
+            "pg_clipfrac_high",
+            "pg_clipfrac_dual",
+            "approx_kl",
+            "grad_norm",
+            "mean_token_prob",
+        ):
             assert np.isfinite(learner[key]), key
         assert 0 < learner["mean_token_prob"] <= 1
-    # Warmup: step 0 uses lr/2, step 1 the full lr (lr_warmup_steps=2).
+    # Warmup (lr_warmup_steps=2): step 0 uses lr/2 = 3e-4/2 = 1.5e-4, step 1 the full lr 3e-4.
     lrs = [r["learners"]["default_policy"]["default_optimizer_learning_rate"] for r in trained["results"]]
-    assert lrs == pytest.approx([5e-4, 1e-3])
-    changed = [k for k, v in learner_weights(trained["algo"]).items() if not np.array_equal(v, trained["initial_learner"][k])]
+    assert lrs == pytest.approx([1.5e-4, 3e-4])
+    changed = [
+        k for k, v in learner_weights(trained["algo"]).items() if not np.array_equal(v, trained["initial_learner"][k])
+    ]
     assert "model.embed_tokens.weight" in changed
 
 
@@ -98,7 +129,15 @@ def test_validation_runs_before_training_and_on_the_evaluation_interval(trained)
     assert "evaluation" not in first
     assert "evaluation_before_training" not in second
     after = second["evaluation"]["arithmetic"]
-    assert set(after) >= {"avg@2", "pass@1", "pass@2", "maj@2", "response_length_mean", "truncation_ratio", "scoring_timeouts"}
+    assert set(after) >= {
+        "avg@2",
+        "pass@1",
+        "pass@2",
+        "maj@2",
+        "response_length_mean",
+        "truncation_ratio",
+        "scoring_timeouts",
+    }
     assert after["num_problems"] == 16
 
 
@@ -107,7 +146,9 @@ def test_engine_weights_follow_the_learner_after_sync(trained):
     learner = hf_weights({f"model.{k}": v for k, v in learner_weights(trained["algo"]).items()})
     for name in CHECKED:
         np.testing.assert_allclose(unpadded(engine[name], learner[name]), learner[name], rtol=0, atol=1e-6)
-    assert not np.array_equal(engine["model.embed_tokens.weight"], trained["initial_engine"]["model.embed_tokens.weight"])
+    assert not np.array_equal(
+        engine["model.embed_tokens.weight"], trained["initial_engine"]["model.embed_tokens.weight"]
+    )
 
 
 def test_checkpoint_restores_identical_weights_and_step_count(trained):
@@ -119,7 +160,9 @@ def test_checkpoint_restores_identical_weights_and_step_count(trained):
             np.testing.assert_array_equal(original[k], again[k])
         assert restored.learner_group._learner._num_training_steps == 2
         embed = again["model.embed_tokens.weight"]
-        np.testing.assert_allclose(unpadded(engine_weights(restored)["model.embed_tokens.weight"], embed), embed, atol=1e-6)
+        np.testing.assert_allclose(
+            unpadded(engine_weights(restored)["model.embed_tokens.weight"], embed), embed, atol=1e-6
+        )
     finally:
         restored.stop()
 
@@ -140,13 +183,20 @@ def test_evaluate_reports_the_paper_metrics_per_data_source(trained):
 def test_dynamic_sampling_stops_at_the_cap_with_a_clear_error(ray_session, tiny_model_path, tmp_path):
     # Nothing the model writes can match these answers: every group is all-wrong.
     rows = [
-        {"data_source": "math_dapo", "prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "ability": "MATH",
-         "reward_model": {"ground_truth": f"unreachable-{i}", "style": "rule"}, "extra_info": {"index": i}}
+        {
+            "data_source": "math_dapo",
+            "prompt": [{"role": "user", "content": f"What is {i} + 1?"}],
+            "ability": "MATH",
+            "reward_model": {"ground_truth": f"unreachable-{i}", "style": "rule"},
+            "extra_info": {"index": i},
+        }
         for i in range(20)
     ]
     data = tmp_path / "impossible.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows))
-    config = tiny_config(tiny_model_path, max_num_gen_batches=2, gen_batch_size_prompts=4).environment("dapo_math", env_config={"dataset": str(data)})
+    config = tiny_config(tiny_model_path, max_num_gen_batches=2, gen_batch_size_prompts=4).environment(
+        "dapo_math", env_config={"dataset": str(data)}
+    )
     algo = config.env_runners(num_env_runners=0).build_algo()
     try:
         with pytest.raises(RuntimeError, match=r"max_num_gen_batches=2.*0\.0% of the 8 generated groups"):
@@ -164,6 +214,7 @@ def test_export_hf_model_writes_the_learner_weights(trained, tmp_path):
         np.testing.assert_array_equal(exported[name].numpy(), value, err_msg=name)
     assert (tmp_path / "hf" / "tokenizer.json").is_file() or (tmp_path / "hf" / "tokenizer_config.json").is_file()
 
+
 @pytest.fixture(scope="module")
 def resumed(trained):
     """Iterations 3 and 4 twice: by a new algorithm restored from the checkpoint taken after
@@ -175,7 +226,12 @@ def resumed(trained):
     finally:
         restored.stop()
     continued_results = [trained["algo"].train() for _ in range(2)]
-    return dict(resumed=resumed_results, continued=continued_results, resumed_weights=resumed_weights, continued_weights=learner_weights(trained["algo"]))
+    return dict(
+        resumed=resumed_results,
+        continued=continued_results,
+        resumed_weights=resumed_weights,
+        continued_weights=learner_weights(trained["algo"]),
+    )
 
 
 def test_resumed_run_continues_exactly_where_it_stopped(resumed):
@@ -194,11 +250,15 @@ def test_resumed_run_continues_exactly_where_it_stopped(resumed):
         np.testing.assert_allclose(resumed["resumed_weights"][name], value, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
-
 def test_partial_batch_at_the_round_cap_trains_whole_minibatches_and_is_counted(ray_session, tiny_model_path):
     # 2 rounds of 6 prompts can never fill 16 groups: the cap is always reached.
     config = tiny_config(
-        tiny_model_path, train_batch_size_prompts=16, gen_batch_size_prompts=6, max_num_gen_batches=2, minibatch_size_prompts=4, train_on_partial_batch=True
+        tiny_model_path,
+        train_batch_size_prompts=16,
+        gen_batch_size_prompts=6,
+        max_num_gen_batches=2,
+        minibatch_size_prompts=4,
+        train_on_partial_batch=True,
     )
     algo = config.env_runners(num_env_runners=0).build_algo()
     try:

@@ -18,7 +18,16 @@ SMALL_BUCKET_MB = 0.1
 
 @pytest.fixture(scope="module")
 def overlapped(ray_session, tiny_model_path, tmp_path_factory):
-    config = tiny_config(tiny_model_path, async_rollout=True, rollout_correction="tis", rollout_is_cap=2.0, weight_sync_bucket_mb=SMALL_BUCKET_MB)
+    # train_on_partial_batch: as in test_dapo_integration's `trained`, iteration 3 (resumed and
+    # continued) trains the same partial batch twice should a model run out of informative groups.
+    config = tiny_config(
+        tiny_model_path,
+        async_rollout=True,
+        rollout_correction="tis",
+        rollout_is_cap=2.0,
+        weight_sync_bucket_mb=SMALL_BUCKET_MB,
+        train_on_partial_batch=True,
+    )
     algo = config.env_runners(num_env_runners=1).build_algo()
     results = [algo.train() for _ in range(2)]
     checkpoint = tmp_path_factory.mktemp("ckpt") / "async"
@@ -33,7 +42,9 @@ def test_small_buckets_stream_every_parameter_into_the_engine(overlapped):
     engine = engine_weights(algo)
     learner = hf_weights({f"model.{k}": v for k, v in learner_weights(algo).items()})
     for name in CHECKED:
-        np.testing.assert_allclose(unpadded(engine[name], learner[name]), learner[name], rtol=0, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            unpadded(engine[name], learner[name]), learner[name], rtol=0, atol=1e-6, err_msg=name
+        )
 
 
 def test_tis_weights_are_reported_and_named_in_the_summary_line(overlapped):
@@ -50,7 +61,10 @@ def test_async_batches_are_one_update_stale(overlapped):
     # Step 1 trains a batch sampled before any update, step 2 the batch sampled during step
     # 1's update with the initial weights, which the learner has moved on from: the mismatch
     # grows by one update's worth.
-    assert second["learners"]["default_policy"]["rollout_logp_abs_diff"] > 10 * first["learners"]["default_policy"]["rollout_logp_abs_diff"]
+    assert (
+        second["learners"]["default_policy"]["rollout_logp_abs_diff"]
+        > 10 * first["learners"]["default_policy"]["rollout_logp_abs_diff"]
+    )
     assert second["timers"][Metrics.ASYNC_WAIT_S] >= 0
 
 

@@ -1,0 +1,115 @@
+"""The tiny model's build record: the fingerprint of the weights, the comparison with the reference
+build a failing test reports, the seed of default builds and the pinned kernels (nothing is built
+here but the session's tiny model)."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from dapo_rllib import tiny_model
+from dapo_rllib.tiny_model import (
+    BUILD_RECORD,
+    RECIPES,
+    REFERENCE_BUILDS,
+    SEED_ENV,
+    build_environment,
+    default_tiny_model_path,
+    describe_build,
+    is_reference_build,
+    read_build_record,
+    weights_fingerprint,
+)
+
+
+def model_dir(path, tensors, record=None):
+    path.mkdir()
+    save_file(tensors, str(path / "model.safetensors"))
+    if record is not None:
+        (path / BUILD_RECORD).write_text(json.dumps(record))
+    return path
+
+
+def record(version, fingerprint, seed=0):
+    return {
+        "fingerprint": fingerprint,
+        "version": version,
+        "seed": seed,
+        "held_out": {"samples": 4, "avg@4": 0.5, "mixed@4": 0.75},
+        "built_with": {"torch": "2.13.0+cpu", "threads": 2, "cpu_capability": "AVX2", "cpu": "a test CPU"},
+    }
+
+
+def test_the_fingerprint_is_of_the_weights_bits(tmp_path):
+    weights = {"x": torch.arange(6, dtype=torch.float32).reshape(2, 3), "y": torch.ones(2)}
+    fingerprint = weights_fingerprint(model_dir(tmp_path / "a", weights))
+    assert len(fingerprint) == 64  # sha256, in hex
+    # The same tensors stored in the other order: the same fingerprint.
+    assert weights_fingerprint(model_dir(tmp_path / "b", dict(reversed(weights.items())))) == fingerprint
+    # One bit of one weight, or the same bits in another shape: another fingerprint.
+    flipped = weights["x"].clone()
+    flipped.view(torch.int32)[0, 1] ^= 1
+    assert weights_fingerprint(model_dir(tmp_path / "c", weights | {"x": flipped})) != fingerprint
+    assert weights_fingerprint(model_dir(tmp_path / "d", weights | {"x": weights["x"].reshape(3, 2)})) != fingerprint
+
+
+def test_a_build_is_described_against_the_reference_build_of_its_version(tmp_path, monkeypatch):
+    reference = {"fingerprint": "a" * 64, "held_out": {"samples": 4, "avg@4": 0.25, "mixed@4": 0.5}}
+    monkeypatch.setitem(REFERENCE_BUILDS, "tiny-test-v1", reference)
+    weights = {"w": torch.zeros(2)}
+    same = model_dir(tmp_path / "same", weights, record("tiny-test-v1", "a" * 64))
+    other = model_dir(tmp_path / "other", weights, record("tiny-test-v1", "b" * 64, seed=1))
+    no_reference = model_dir(tmp_path / "no_reference", weights, record("tiny-test-v9", "c" * 64))
+    no_record = model_dir(tmp_path / "no_record", weights)
+
+    assert [is_reference_build(p) for p in (same, other, no_reference, no_record)] == [True, False, None, None]
+    assert describe_build(same).endswith("; the reference build (the model the tests were checked with)")
+    assert f"{other}: tiny-test-v1 seed 1, fingerprint bbbbbbbbbbbbbbbb, held-out avg@4 0.500, mixed@4 0.750" in (
+        describe_build(other)
+    )
+    assert describe_build(other).endswith(
+        "; NOT the reference build (fingerprint aaaaaaaaaaaaaaaa, held-out avg@4 0.250, mixed@4 0.500) "
+        "the tests were checked with"
+    )
+    assert describe_build(no_reference).endswith("; no reference build of this version to compare with")
+    assert describe_build(no_record) == (
+        f"{no_record}: fingerprint {weights_fingerprint(no_record)[:16]}, no {BUILD_RECORD} "
+        "(not built by this tiny_model.py)"
+    )
+
+
+def test_another_seed_builds_into_a_directory_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAPO_RLLIB_CACHE", str(tmp_path))
+    monkeypatch.delenv(SEED_ENV, raising=False)
+    arithmetic = RECIPES["arithmetic"].version
+    assert default_tiny_model_path() == tmp_path / arithmetic
+    monkeypatch.setenv(SEED_ENV, "1")
+    assert default_tiny_model_path() == tmp_path / f"{arithmetic}-seed1"
+    assert default_tiny_model_path("code", seed=0) == tmp_path / RECIPES["code"].version
+    monkeypatch.setenv(SEED_ENV, "one")
+    with pytest.raises(ValueError, match=r"\$DAPO_RLLIB_TINY_SEED='one' is not an integer seed"):
+        default_tiny_model_path()
+
+
+def test_the_build_pins_its_threads_and_where_the_cpu_has_avx2_its_kernels(monkeypatch):
+    monkeypatch.setattr(tiny_model, "_cpu_flags", lambda: {"sse4_2", "avx", "avx2", "fma", "avx512f"})
+    env = build_environment()
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(tiny_model.BUILD_THREADS)
+    assert (env["ATEN_CPU_CAPABILITY"], env["MKL_CBWR"], env["ONEDNN_MAX_CPU_ISA"]) == ("avx2", "AVX2", "AVX2")
+    # Without AVX2 (an old x86, ARM): the CPU's own kernels, the same threads.
+    monkeypatch.setattr(tiny_model, "_cpu_flags", lambda: {"sse4_2", "avx"})
+    env = build_environment()
+    assert not {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"} & set(env)
+    assert env["OMP_NUM_THREADS"] == str(tiny_model.BUILD_THREADS)
+
+
+def test_the_session_models_build_record_is_of_its_weights(tiny_model_path):
+    built = read_build_record(tiny_model_path)
+    if built is None:
+        pytest.skip(f"{tiny_model_path} has no {BUILD_RECORD} (not built by this tiny_model.py)")
+    assert weights_fingerprint(tiny_model_path) == built["fingerprint"]
+    assert built["task"] == "arithmetic" and built["version"] == RECIPES["arithmetic"].version
+    held_out = built["held_out"]
+    assert (held_out["problems"], held_out["samples"]) == (193, 4)  # the whole arithmetic test split
+    assert 0.0 <= held_out["mixed@4"] <= 1.0 and 0.0 <= held_out["avg@4"] <= 1.0
