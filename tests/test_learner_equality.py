@@ -20,8 +20,15 @@ WEIGHT_ATOL = 1e-5
 NOISE_GRAD = 1e-5  # times the gradient norm
 
 
+# The policy loss is a sum of terms +-A * ratio whose advantages cancel within each group, so the
+# net loss is ~1/50 of the terms' size and float32 rounding of the terms (a few 1e-7 of each, from
+# different padding widths) shows up ~50x larger relative to it: 1.0e-5 to 1.4e-5 measured on
+# one tiny model build. A wrong denominator or a dropped piece moves it by far more than 1e-4.
+LOSS_RTOL = 1e-4
+
+
 def assert_same_step(result, reference):
-    assert result[Metrics.POLICY_LOSS] == pytest.approx(reference[Metrics.POLICY_LOSS], rel=1e-5, abs=1e-7)
+    assert result[Metrics.POLICY_LOSS] == pytest.approx(reference[Metrics.POLICY_LOSS], rel=LOSS_RTOL, abs=1e-7)
     assert result[Metrics.GRAD_NORM] == pytest.approx(reference[Metrics.GRAD_NORM], rel=1e-5)
     noise = NOISE_GRAD * reference[Metrics.GRAD_NORM]
     for name, grad in reference["grads"].items():
