@@ -25,10 +25,15 @@ class Info:
     DATA_SOURCE = "data_source"  # the problem's data source (metrics are per source)
     PROBLEM_INDEX = "problem_index"  # the problem's index in the dataset; also the reset option that replays one
     EPOCH = "epoch"  # epochs of the draw order completed before this problem was drawn
+    TOOLS = "tools"  # the schemas of the tools the model may call (a reset's info)
+    TOOL_CALLS = "tool_calls"  # tool calls in a turn (a tool step's info); also the assistant message's key
+    TOOL_ERRORS = "tool_errors"  # failed tool calls by kind
+    TOOL_S = "tool_s"  # seconds a turn's tool calls took
 
 
 class Extras:
-    """Values of a one-step episode, set by `VLLMEnvRunner` and read by connectors and `DAPO`."""
+    """Values of an episode, set by `VLLMEnvRunner` at each of its steps (a step per model turn; the same at
+    every step except ROLLOUT_LOGP, the turn's own) and read by connectors and `DAPO`."""
 
     GROUP_ID = "group_id"  # episodes sampled for the same prompt share it
     SCORE = Info.SCORE  # the verifier's reward, before length shaping
@@ -36,7 +41,12 @@ class Extras:
     TRUNCATED = "truncated"  # the response hit max_response_length
     SCORE_TIMED_OUT = Info.SCORE_TIMED_OUT  # scoring ran out of time: scored wrong, counted
     OVERLONG_PENALTY = "overlong_penalty"  # the soft overlong punishment added to the reward
-    ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-prob of each sampled token (float32 array)
+    ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-prob of each token the model sampled in the turn (float32 array)
+    END_REASON = "end_reason"  # why the episode ended (`dapo_rllib.rollout.EndReason` value)
+    TURNS = "turns"  # model turns
+    ENV_TOKENS = "env_tokens"  # tokens the environment added after the prompt (not trained on)
+    TOOL_CALLS = Info.TOOL_CALLS  # tool calls the model made
+    TOOL_ERRORS = Info.TOOL_ERRORS  # failed tool calls by kind
 
 
 class Columns:
@@ -44,15 +54,15 @@ class Columns:
     repeated so that this module needs no Ray; a test checks they stay equal."""
 
     OBS = "obs"  # prompt token ids, left-padded
-    ACTIONS = "actions"  # response token ids, right-padded
+    ACTIONS = "actions"  # response token ids, right-padded: every token after the prompt, model and environment
     ADVANTAGES = "advantages"
-    LOSS_MASK = "loss_mask"  # response mask, with overlong-filtered responses zeroed
+    LOSS_MASK = "loss_mask"  # the tokens the model sampled, with overlong-filtered responses zeroed
     PROMPT_MASK = "prompt_mask"
     RESPONSE_MASK = "response_mask"
     OLD_LOGP = "old_logp"  # log-probs under the policy before this step's updates
     LOGP = "logp"  # forward output: log-prob of each sampled response token
     ENTROPY = "entropy"  # forward output: policy entropy at each response position
-    ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-probs of the sampled tokens, right-padded
+    ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-probs of the sampled tokens (0 on the environment's), right-padded
 
 
 class Metrics:
@@ -83,11 +93,20 @@ class Metrics:
     ENV_RUNNERS_LOST = "env_runners_lost"  # died while sampling this step; their shares were sampled again
 
     GENERATED_TOKENS = "generated_tokens"
+    # Episodes over turns (one turn for single-step tasks).
+    TURNS_MEAN = "turns_mean"  # model turns per episode
+    TURNS_MAX = "turns_max"
+    TOOL_CALLS = "tool_calls"  # tool calls per episode, mean
+    TOOL_ERRORS = "tool_errors"  # a section of its own, under rollout/: failed tool calls by kind, per step
+    MODEL_TOKENS_MEAN = "model_tokens_mean"  # per episode: tokens the model sampled
+    ENV_TOKENS_MEAN = "env_tokens_mean"  # per episode: tokens the environment added (tool results, feedback)
+    ENDED_BY = "ended_by"  # a section of its own, under rollout/: share of episodes per `EndReason`
 
     # timing/: wall seconds of the phases of one training step, logged as RLlib timers
     # (`TIMERS`) next to RLlib's own, which TensorBoard shows under these names.
     GENERATION_S = "generation_s"
-    SCORING_S = "scoring_s"
+    SCORING_S = "scoring_s"  # environment steps that rated answers
+    TOOL_S = "tool_s"  # environment steps that ran tool calls
     OLD_LOG_PROBS_S = "old_log_probs_s"  # part of update_s
     UPDATE_S = "update_s"
     WEIGHT_SYNC_S = "weight_sync_s"

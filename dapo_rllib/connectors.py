@@ -1,7 +1,11 @@
 """Learner connector pieces: grouped episodes in, DAPO training batch out.
 
-Each episode is one (prompt, response) pair sampled by `VLLMEnvRunner`; the episodes of one
-prompt share a `group_id`. The pipeline DAPO builds (see `DAPOConfig.build_learner_connector`):
+Each episode is a prompt and the turns that followed it, sampled by `VLLMEnvRunner` (a step per
+model turn: the action is the ids the model sampled, the next observation the ids the environment
+added); the episodes of one prompt share a `group_id`. The learner sees one sequence per episode:
+the prompt, then every turn's model ids and environment ids in order, exactly as they were sampled
+and rendered; only the model's ids are in the loss. The pipeline DAPO builds (see
+`DAPOConfig.build_learner_connector`):
 
     PadTokenBatch → GroupAdvantages → NumpyToTensor → RecomputeOldLogProbs
 
@@ -26,16 +30,40 @@ from dapo_rllib.micro_batching import plan_for_batch, take
 
 
 def episode_value(episode, key: str):
-    """The value of an `extra_model_outputs` key of a one-step episode."""
+    """The value of an episode-wide `extra_model_outputs` key (the env runner sets it at every step)."""
     return episode.get_extra_model_outputs(key, 0)
+
+
+def episode_sequence(episode) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt ids, response ids, model mask, rollout log-probs) of an episode.
+
+    The response is every token after the prompt: each turn's model ids followed by the environment's
+    ids after it. The mask is 1 on the model's ids, 0 on the environment's; the log-probs are vLLM's on
+    the model's ids and 0 on the environment's.
+    """
+    pieces, mask, logp = [], [], []
+    observations = episode.get_observations()
+    for t in range(len(episode)):
+        action = np.asarray(episode.get_actions(t), dtype=np.int64)
+        env_ids = np.asarray(observations[t + 1], dtype=np.int64)
+        pieces += [action, env_ids]
+        mask += [np.ones(len(action), np.float32), np.zeros(len(env_ids), np.float32)]
+        logp += [
+            np.asarray(episode.get_extra_model_outputs(Extras.ROLLOUT_LOGP, t), np.float32),
+            np.zeros(len(env_ids), np.float32),
+        ]
+    prompt = np.asarray(observations[0], dtype=np.int64)
+    return prompt, np.concatenate(pieces), np.concatenate(mask), np.concatenate(logp)
 
 
 class PadTokenBatch(ConnectorV2):
     """Left-pads prompts, right-pads responses (and vLLM's log-probs of them), and builds the
     response and loss masks.
 
-    The loss mask is the response mask with truncated responses zeroed when overlong
-    filtering is on (docs/algorithm.md §2.4), so every later token count is counted after masking.
+    The response mask covers every token after the prompt (the forward pass sees them all); the
+    loss mask only those the model sampled, with truncated responses zeroed when overlong
+    filtering is on (docs/algorithm.md §2.4), so every later token count (the loss's denominator,
+    entropy, clip fractions, the rollout mismatch) is counted after masking.
     """
 
     def __init__(self, *args, pad_token_id: int, overlong_filtering: bool, **kwargs):
@@ -46,27 +74,28 @@ class PadTokenBatch(ConnectorV2):
     @override(ConnectorV2)
     def __call__(self, *, rl_module, batch, episodes, metrics=None, **kwargs):
         episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
-        prompts = [np.asarray(ep.get_observations(0), dtype=np.int64) for ep in episodes]
-        responses = [np.asarray(ep.get_actions(0), dtype=np.int64) for ep in episodes]
-        if any(len(r) == 0 for r in responses):
+        sequences = [episode_sequence(ep) for ep in episodes]
+        if any(len(response) == 0 for _, response, _, _ in sequences):
             raise ValueError("an episode has an empty response; the env runner must drop or pad it")
-        width_p, width_r = max(map(len, prompts)), max(map(len, responses))
+        width_p = max(len(prompt) for prompt, *_ in sequences)
+        width_r = max(len(response) for _, response, _, _ in sequences)
 
         n = len(episodes)
         prompt_ids = np.full((n, width_p), self.pad_token_id, dtype=np.int64)
         prompt_mask = np.zeros((n, width_p), dtype=np.float32)
         response_ids = np.full((n, width_r), self.pad_token_id, dtype=np.int64)
         response_mask = np.zeros((n, width_r), dtype=np.float32)
+        loss_mask = np.zeros((n, width_r), dtype=np.float32)
         rollout_logp = np.zeros((n, width_r), dtype=np.float32)
-        for i, (ep, p, r) in enumerate(zip(episodes, prompts, responses)):
+        for i, (p, r, model_mask, logp) in enumerate(sequences):
             prompt_ids[i, width_p - len(p) :] = p
             prompt_mask[i, width_p - len(p) :] = 1.0
             response_ids[i, : len(r)] = r
             response_mask[i, : len(r)] = 1.0
-            rollout_logp[i, : len(r)] = episode_value(ep, Extras.ROLLOUT_LOGP)
+            loss_mask[i, : len(r)] = model_mask
+            rollout_logp[i, : len(r)] = logp
 
         truncated = np.array([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])
-        loss_mask = response_mask.copy()
         if self.overlong_filtering:
             loss_mask[truncated] = 0.0
         if metrics is not None:
@@ -102,6 +131,7 @@ class GroupAdvantages(ConnectorV2):
     @override(ConnectorV2)
     def __call__(self, *, rl_module, batch, episodes, **kwargs):
         episodes = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
+        # The episode's return: the sum of its turns' rewards (with a final reward only, that reward).
         scores = torch.tensor([ep.get_return() for ep in episodes], dtype=torch.float32)
         group_ids = torch.tensor([int(episode_value(ep, Extras.GROUP_ID)) for ep in episodes], dtype=torch.long)
         advantages = self.estimator(scores, group_ids)

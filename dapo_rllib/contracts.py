@@ -5,6 +5,7 @@
     ScoreInfo       the info of a scored completion (`ProblemEnv.score_many`, `step`): a ScoreResult with the
                     problem's ground truth and data source; built by `score_info`
     ResetInfo       the info of `ProblemEnv.reset`
+    ToolStepInfo    the info of a `ProblemEnv.step` that ran the model's tool calls
     ProblemSamples  the n scored samples of one problem: what the validation metrics need
     EvalRecord      a ProblemSamples that also says which problem: what `VLLMEnvRunner.evaluate` returns, one
                     per problem (built by `EvalRecord.from_infos`); it travels between Ray processes
@@ -30,6 +31,7 @@ __all__ = [
     "ResetInfo",
     "ScoreInfo",
     "ScoreResult",
+    "ToolStepInfo",
     "check_score_result",
     "score_info",
 ]
@@ -56,12 +58,21 @@ class ScoreInfo(TypedDict):
 
 
 class ResetInfo(TypedDict):
-    """The info of ``ProblemEnv.reset``: which problem the episode is about."""
+    """The info of ``ProblemEnv.reset``: which problem the episode is about, and the tools the model may call."""
 
     problem_index: int
     ground_truth: str
     data_source: str
     epoch: int
+    tools: list[dict]  # each tool's schema as chat templates take it (`dapo_rllib.tools.Tool.schema`); [] for none
+
+
+class ToolStepInfo(TypedDict):
+    """The info of a ``ProblemEnv.step`` that ran the model's tool calls (the episode goes on)."""
+
+    tool_calls: int  # calls in the turn, malformed ones included
+    tool_errors: dict[str, int]  # failed calls by kind (`dapo_rllib.tools.ToolErrorKind` values)
+    tool_s: float  # seconds the calls took
 
 
 _EXPECTED_RESULT = f"a mapping with {Info.SCORE!r} (number), {Info.ACC!r} (bool) and {Info.PRED!r} (str or None)"

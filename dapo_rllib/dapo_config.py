@@ -19,6 +19,7 @@ from dapo_rllib.connectors import GroupAdvantages, PadTokenBatch, RecomputeOldLo
 from dapo_rllib.dynamic_sampling import FILTER_METRICS
 from dapo_rllib.ray_private import value_error
 from dapo_rllib.registry import MATH_ENV
+from dapo_rllib.tools import load_tool_call_parser
 from dapo_rllib.validation import evaluate_heldout
 
 PROBLEM_SOURCE_KEYS = ("dataset", "split", "num_problems")  # env config keys that eval_dataset replaces
@@ -64,6 +65,10 @@ class DAPOConfig(AlgorithmConfig):
         self.max_response_length = 20480
         self.temperature = 1.0
         self.top_p = 1.0
+        # Episodes over turns, and tools.
+        self.max_turns = 8
+        self.tool_call_format = "hermes"
+        self.max_tool_response_tokens = 256
         # Validation (see .evaluation()).
         self.eval_dataset = None
         self.eval_num_samples = 32
@@ -118,6 +123,9 @@ class DAPOConfig(AlgorithmConfig):
         max_response_length: int = NotProvided,
         temperature: float = NotProvided,
         top_p: float = NotProvided,
+        max_turns: int = NotProvided,
+        tool_call_format: str = NotProvided,
+        max_tool_response_tokens: int = NotProvided,
         group_size: int = NotProvided,
         train_batch_size_prompts: int = NotProvided,
         gen_batch_size_prompts: int = NotProvided,
@@ -159,8 +167,17 @@ class DAPOConfig(AlgorithmConfig):
                 gpu_memory_utilization, ...); they override the runner's defaults.
             max_prompt_length: Prompt tokens; longer prompts are left-truncated and counted
                 (`prompts_left_truncated`). Reference 2048.
-            max_response_length: L_max, generation limit in tokens. Reference 20480.
+            max_response_length: L_max, the token budget of an episode after its prompt: every token
+                the model samples and, in episodes of several turns, every token the environment adds
+                (tool results, feedback), as verl counts it. Reference 20480.
             temperature, top_p: Rollout sampling. Reference 1.0, 1.0.
+            max_turns: Model turns an episode may take; at the last, the episode ends and its last
+                turn is rated as the answer (`ProblemEnv.finish`). One-turn tasks end after one
+                anyway. Default 8.
+            tool_call_format: How tool calls are read from a model turn: "hermes" (Qwen2.5's
+                `<tool_call>{json}</tool_call>`) or "package.module:Class" (`dapo_rllib.tools`).
+            max_tool_response_tokens: A tool's output is cut to this many tokens before the model
+                sees it. Default 256.
             group_size: G, completions sampled per prompt. Reference 16.
             train_batch_size_prompts: Prompts (groups) per training step. Reference 512.
             gen_batch_size_prompts: Prompts per generation round. Reference 1536.
@@ -416,6 +433,7 @@ class DAPOConfig(AlgorithmConfig):
         for setting, lookup in (
             ("policy_loss", core_algos.policy_loss_fn),
             ("adv_estimator", core_algos.adv_estimator_fn),
+            ("tool_call_format", load_tool_call_parser),
         ):
             try:
                 lookup(getattr(self, setting))
@@ -440,6 +458,8 @@ class DAPOConfig(AlgorithmConfig):
             "max_prompt_length",
             "max_response_length",
             "eval_num_samples",
+            "max_turns",
+            "max_tool_response_tokens",
         ):
             need(
                 isinstance(getattr(self, name), int) and getattr(self, name) >= 1,

@@ -23,6 +23,8 @@ from dapo_rllib import core_algos
 from dapo_rllib.columns import Extras, Metrics
 from dapo_rllib.connectors import episode_value
 from dapo_rllib.problem_env import DrawOrder
+from dapo_rllib.rollout import EndReason
+from dapo_rllib.tools import ToolErrorKind
 
 FILTER_METRICS = {"acc": Extras.ACC, "score": Extras.SCORE}  # filter_metric setting -> episode extra
 DRAW_ORDER = "draw_order"  # checkpoint key: the training data's position and the next group id
@@ -90,7 +92,7 @@ class GroupSampler:
         out = self._sample(requests, metrics)
         metrics.aggregate([m for _, m, _ in out], key=ENV_RUNNER_RESULTS)
         # Runners generate in parallel: a round takes as long as its slowest runner.
-        for key in (Metrics.GENERATION_S, Metrics.SCORING_S):
+        for key in (Metrics.GENERATION_S, Metrics.TOOL_S, Metrics.SCORING_S):
             metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
         tokens = sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out)
         metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), tokens, reduce="sum")
@@ -121,7 +123,10 @@ class GroupSampler:
         self, generated: list[list], informative: int, trained: int, rounds: int, metrics: MetricsLogger
     ) -> None:
         episodes = [ep for g in generated for ep in g]
-        lengths = np.array([len(ep.get_actions(0)) for ep in episodes])
+        model_tokens = np.array([sum(len(ep.get_actions(t)) for t in range(len(ep))) for ep in episodes])
+        env_tokens = np.array([episode_value(ep, Extras.ENV_TOKENS) for ep in episodes])
+        lengths = model_tokens + env_tokens
+        turns = np.array([episode_value(ep, Extras.TURNS) for ep in episodes])
         accs = [np.array([episode_value(ep, Extras.ACC) for ep in g]) for g in generated]
         values = {
             Metrics.GENERATION_ROUNDS: rounds,
@@ -138,9 +143,24 @@ class GroupSampler:
             Metrics.REWARD_MEAN: float(np.mean([ep.get_return() for ep in episodes])),
             Metrics.SCORE_MEAN: float(np.mean([episode_value(ep, Extras.SCORE) for ep in episodes])),
             Metrics.ACC_MEAN: float(np.mean([episode_value(ep, Extras.ACC) for ep in episodes])),
+            Metrics.TURNS_MEAN: float(turns.mean()),
+            Metrics.TURNS_MAX: int(turns.max()),
+            Metrics.TOOL_CALLS: float(np.mean([episode_value(ep, Extras.TOOL_CALLS) for ep in episodes])),
+            Metrics.MODEL_TOKENS_MEAN: float(model_tokens.mean()),
+            Metrics.ENV_TOKENS_MEAN: float(env_tokens.mean()),
         }
         for key, value in values.items():
             metrics.log_value((Metrics.ROLLOUT, key), value, window=1)
+        end_reasons = [episode_value(ep, Extras.END_REASON) for ep in episodes]
+        for reason in EndReason:
+            share = end_reasons.count(str(reason)) / len(episodes)
+            metrics.log_value((Metrics.ROLLOUT, Metrics.ENDED_BY, str(reason)), share, window=1)
+        errors: dict[str, int] = {str(kind): 0 for kind in ToolErrorKind}
+        for ep in episodes:
+            for kind, count in episode_value(ep, Extras.TOOL_ERRORS).items():
+                errors[kind] = errors.get(kind, 0) + count
+        for kind, count in errors.items():
+            metrics.log_value((Metrics.ROLLOUT, Metrics.TOOL_ERRORS, kind), count, window=1)
 
     # ----- state: the training data's position ---------------------------------------------
     def get_state(self) -> dict[str, Any]:

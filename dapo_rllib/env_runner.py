@@ -1,12 +1,13 @@
 """VLLMEnvRunner: RLlib's EnvRunner contract (sample, evaluate, state) over a vLLM engine.
 
 `sample(requests=[(problem index, group id), ...])` takes the problems the algorithm drew (it
-owns the draw order, `dapo_rllib.problem_env.DrawOrder`, and numbers the groups), generates
-`group_size` completions of each in one batched call, scores them all in one
-`ProblemEnv.score_many` call (each completion becomes its own one-step episode), adds the soft
-overlong penalty and returns the episodes. Token ids travel exactly as vLLM sampled them; text
-is decoded only for the scorer. `evaluate(...)` samples this runner's shard of the validation
-set and returns one record per problem.
+owns the draw order, `dapo_rllib.problem_env.DrawOrder`, and numbers the groups), runs
+`group_size` episodes of each, every one on its own twin of the environment, turn by turn
+(`dapo_rllib.rollout.TurnLoop`: a batched generation per turn, the environments' steps, their
+messages appended as token ids), adds the soft overlong penalty and returns RLlib episodes with a
+step per model turn. Token ids travel exactly as vLLM sampled them; text is decoded only for the
+environment. `evaluate(...)` runs this runner's shard of the validation set the same way and
+returns one record per problem.
 
 New weights stream into the running engine, no restart: `begin_weight_update`, one
 `load_weight_bucket` per bucket the learner sends, `finish_weight_update` (see
@@ -18,7 +19,6 @@ own, holding only the sampler.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -42,26 +42,20 @@ from ray.rllib.utils.metrics import (
 from tqdm import tqdm
 
 from dapo_rllib import core_algos
+from dapo_rllib.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.columns import Extras, Info, Metrics
-from dapo_rllib.contracts import EvalRecord, ScoreInfo
-from dapo_rllib.data.prompts import render_prompt_ids
+from dapo_rllib.contracts import EvalRecord
 from dapo_rllib.problem_env import build_env
 from dapo_rllib.rl_module import hf_weights
-from dapo_rllib.vllm_engine import (
-    EngineWeights,
-    build_vllm_engine,
-    decode_completions,
-    request_seed,
-    sampling_params,
-)
+from dapo_rllib.rollout import EndReason, EpisodeRollout, TurnLoop
+from dapo_rllib.tools import load_tool_call_parser
+from dapo_rllib.vllm_engine import EngineWeights, build_vllm_engine, request_seed, sampling_params
 from dapo_rllib.weight_sync import TRANSPORTS
 
 # Seed streams of training and evaluation requests (see vllm_engine.request_seed). Evaluation
 # reuses its seeds at every evaluation, so accuracy changes reflect the weights, not the dice.
 TRAIN_STREAM = 0
 EVAL_STREAM = 1
-# Samples per scoring call during validation (see VLLMEnvRunner.evaluate).
-EVAL_SCORING_CHUNK_SAMPLES = 256
 
 
 class VLLMEnvRunner(EnvRunner, Checkpointable):
@@ -78,6 +72,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
         self._engine_weights = EngineWeights(self.llm, owner=f"env runner {self.worker_index}")
         self._held_seq_no = 0  # of the weights the engine holds (the learner's count of updates)
+        self._tool_parser = load_tool_call_parser(self.config.tool_call_format)
+        self._renderers: dict[type, TurnRenderer] = {}  # per environment class (its tools)
+        self._train_loop, self._eval_loop = self._turn_loop(explore=True), self._turn_loop(explore=False)
         # Wall times of the last sample() call, returned to the algorithm with its episodes: a
         # generation round takes as long as its slowest runner, which summed metrics cannot show.
         self.last_sample_timing: dict[str, float] = {}
@@ -103,68 +100,77 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def stop(self):
+        self._train_loop.close()
+        self._eval_loop.close()
         self.llm = None
 
     # ----- sampling ------------------------------------------------------------------------
-    def _prompt_ids(self, messages) -> list[int]:
-        """A training prompt as the model sees it (see `_fitted_prompt`); a truncated one is
-        counted in the runner's metrics (`prompts_left_truncated`)."""
-        ids, truncated = self._fitted_prompt(messages)
-        if truncated:
-            self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
-        return ids
-
-    def _fitted_prompt(self, messages) -> tuple[list[int], bool]:
+    def _fitted_prompt(self, renderer: TurnRenderer, messages) -> tuple[list[int], bool]:
         """(the prompt's token ids, chat template where the tokenizer has one, left-truncated to
         max_prompt_length: DAPO keeps the end; whether it was truncated)."""
-        ids = render_prompt_ids(self.tokenizer, messages)
+        ids = renderer.prompt_ids(messages)
         limit = self.config.max_prompt_length
         return list(ids[-limit:]), len(ids) > limit
 
-    def _generate(self, prompt_ids: list[list[int]], params, progress: bool = False):
+    def _start_episode(self, env, problem_index: int, seed_stream: tuple[int, ...]) -> EpisodeRollout:
+        """An episode of problem `problem_index` on a twin of `env`, reset and with its prompt rendered."""
+        twin = env.spawn()
+        messages, info = twin.reset(options={Info.PROBLEM_INDEX: problem_index})
+        tools = info[Info.TOOLS]
+        renderer = self._renderers.get(type(env))
+        if renderer is None or renderer.tools != tools:
+            if tools:
+                check_renders_tools(self.tokenizer)
+            renderer = TurnRenderer(self.tokenizer, tools, self.config.max_tool_response_tokens)
+            self._renderers[type(env)] = renderer
+        prompt_ids, truncated = self._fitted_prompt(renderer, messages)
+        return EpisodeRollout(twin, prompt_ids, seed_stream, renderer, prompt_truncated=truncated)
+
+    def _turn_loop(self, explore: bool) -> TurnLoop:
         from vllm.inputs import TokensPrompt
 
-        start = time.perf_counter()
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params, use_tqdm=progress)
-        elapsed = time.perf_counter() - start
-        num_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
-        self.last_sample_timing = {Metrics.GENERATION_S: elapsed, Metrics.GENERATED_TOKENS: num_tokens}
-        return outputs
+        cfg = self.config
+
+        def generate(prompts, params):
+            return self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+
+        return TurnLoop(
+            generate=generate,
+            make_params=lambda seed, max_tokens, stop: sampling_params(
+                cfg, self.tokenizer, explore=explore, seed=seed, max_tokens=max_tokens, stop=stop
+            ),
+            tokenizer=self.tokenizer,
+            parser=self._tool_parser,
+            max_turns=cfg.max_turns,
+            budget=cfg.max_response_length,
+            seed=lambda stream: request_seed(cfg.seed, *stream),
+        )
 
     @override(EnvRunner)
     def sample(self, *, requests: list[tuple[int, int]], explore: bool = True, **kwargs) -> list[SingleAgentEpisode]:
-        """`group_size` one-step episodes for each `(problem index, group id)` of `requests`.
+        """`group_size` episodes for each `(problem index, group id)` of `requests`, run turn by turn.
 
-        The algorithm owns the training env's draw order and numbers the groups: a group's
-        sampling seed follows from its id alone, so a share sampled again on another env runner
-        (its own died) gives the same completions.
+        The algorithm owns the training env's draw order and numbers the groups: an episode's sampling
+        seeds follow from its group id, its place in the group and the turn alone, so a share sampled
+        again on another env runner (its own died) gives the same episodes.
         """
         cfg = self.config
-        problems = [self.env.problem(index) for index, _ in requests]
-        group_ids = [group_id for _, group_id in requests]
-        prompt_ids = [self._prompt_ids(problem.messages) for problem in problems]
-        seeds = [request_seed(cfg.seed, TRAIN_STREAM, group_id) for group_id in group_ids]
-        outputs = self._generate(
-            prompt_ids, sampling_params(cfg, self.tokenizer, n=cfg.group_size, explore=explore, seeds=seeds)
-        )
-
-        start = time.perf_counter()
-        episodes = []
-        repeated = [problem for problem, out in zip(problems, outputs) for _ in out.outputs]
-        texts = [
-            text
-            for ids, out in zip(prompt_ids, outputs)
-            for text in decode_completions(self.tokenizer, ids, out.outputs)
+        rollouts = [
+            self._start_episode(self.env, index, (TRAIN_STREAM, group_id, k))
+            for index, group_id in requests
+            for k in range(cfg.group_size)
         ]
-        infos = iter(self.env.score_many(repeated, texts))
-        penalties = iter(self._overlong_penalties([len(c.token_ids) for out in outputs for c in out.outputs]))
-        for ids, out, group_id in zip(prompt_ids, outputs, group_ids):
-            for completion in out.outputs:
-                episodes.append(self._episode(ids, completion, group_id, next(infos), next(penalties)))
-        self.last_sample_timing[Metrics.SCORING_S] = time.perf_counter() - start
-
-        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED, len(episodes), reduce="sum")
-        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, len(episodes), reduce="lifetime_sum")
+        for rollout in rollouts:
+            if rollout.prompt_truncated:
+                self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
+        timing = self._train_loop.run(rollouts)
+        self.last_sample_timing = timing.as_metrics()
+        penalties = self._overlong_penalties([r.response_length for r in rollouts])
+        group_ids = [group_id for _, group_id in requests for _ in range(cfg.group_size)]
+        episodes = [self._episode(r, g, p) for r, g, p in zip(rollouts, group_ids, penalties)]
+        turns = sum(len(r.turns) for r in rollouts)
+        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED, turns, reduce="sum")
+        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, turns, reduce="lifetime_sum")
         self.metrics.log_value(NUM_EPISODES, len(episodes), reduce="sum")
         self.metrics.log_value(NUM_EPISODES_LIFETIME, len(episodes), reduce="lifetime_sum")
         self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
@@ -181,33 +187,46 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         )
         return penalties.tolist()
 
-    def _episode(self, prompt_ids, completion, group_id: int, info: ScoreInfo, penalty: float) -> SingleAgentEpisode:
-        response = np.asarray(completion.token_ids, dtype=np.int64)
-        truncated = completion.finish_reason == "length"
-        rollout_logp = np.asarray(completion.logprobs.logprobs, dtype=np.float32)
-        if rollout_logp.shape != response.shape:
-            raise RuntimeError(f"vLLM returned {rollout_logp.shape[0]} log-probs for {len(response)} sampled tokens")
-        prompt = np.asarray(prompt_ids, dtype=np.int64)
+    def _episode(self, rollout: EpisodeRollout, group_id: int, penalty: float) -> SingleAgentEpisode:
+        """The RLlib episode of a finished rollout: a step per model turn.
+
+        The observations are token ids: the prompt at reset, then the environment's tokens after each
+        turn; the actions are the ids the model sampled in each turn, with vLLM's log-probs of them. The
+        soft overlong penalty is added to the last step's reward. Every step carries the episode's values
+        (`Extras`), so that they can be read at any step.
+        """
+        info = rollout.final_info
+        values = {
+            Extras.GROUP_ID: group_id,
+            Extras.SCORE: float(info[Info.SCORE]),
+            Extras.ACC: float(info[Info.ACC]),
+            Extras.TRUNCATED: rollout.truncated,
+            Extras.SCORE_TIMED_OUT: bool(info.get(Info.SCORE_TIMED_OUT, False)),
+            Extras.OVERLONG_PENALTY: penalty,
+            Extras.END_REASON: str(rollout.end),
+            Extras.TURNS: len(rollout.turns),
+            Extras.ENV_TOKENS: rollout.env_tokens,
+            Extras.TOOL_CALLS: rollout.tool_calls,
+            Extras.TOOL_ERRORS: rollout.tool_errors,
+            WEIGHTS_SEQ_NO: self._held_seq_no,
+        }
         ep = SingleAgentEpisode(observation_space=None, action_space=None)
-        ep.add_env_reset(observation=prompt, infos={Info.GROUND_TRUTH: info[Info.GROUND_TRUTH]})
-        ep.add_env_step(
-            observation=prompt,
-            action=response,
-            reward=float(info[Info.SCORE]) + penalty,
-            infos=info,
-            terminated=True,
-            extra_model_outputs={
-                Extras.GROUP_ID: group_id,
-                Extras.SCORE: float(info[Info.SCORE]),
-                Extras.ACC: float(info[Info.ACC]),
-                Extras.TRUNCATED: truncated,
-                Extras.SCORE_TIMED_OUT: bool(info[Info.SCORE_TIMED_OUT]),
-                Extras.OVERLONG_PENALTY: penalty,
-                Extras.ROLLOUT_LOGP: rollout_logp,
-                WEIGHTS_SEQ_NO: self._held_seq_no,
-            },
+        ep.add_env_reset(
+            observation=np.asarray(rollout.prompt_ids, dtype=np.int64),
+            infos={Info.GROUND_TRUTH: info[Info.GROUND_TRUTH]},
         )
-        return ep.to_numpy()
+        last = len(rollout.turns) - 1
+        for t, turn in enumerate(rollout.turns):
+            ep.add_env_step(
+                observation=np.asarray(turn.env_ids, dtype=np.int64),
+                action=np.asarray(turn.model_ids, dtype=np.int64),
+                reward=turn.reward + (penalty if t == last else 0.0),
+                infos=dict(info if t == last else turn.info),
+                terminated=t == last and rollout.end is EndReason.ENV,
+                truncated=t == last and rollout.end is not EndReason.ENV,
+                extra_model_outputs={**values, Extras.ROLLOUT_LOGP: np.asarray(turn.logp, dtype=np.float32)},
+            )
+        return ep
 
     # ----- evaluation on the held-out split ---------------------------------------------
     def _evaluation_env(self) -> gym.Env:
@@ -222,50 +241,37 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
     def evaluate(
         self, *, num_samples: int, max_problems: int | None = None, progress: bool = False
     ) -> list[EvalRecord]:
-        """`num_samples` scored samples of each problem in this runner's shard of the validation set.
+        """`num_samples` scored episodes of each problem in this runner's shard of the validation set.
 
         Problems (the first `max_problems`, or all) are split round-robin over the runners
-        (worker_index 1..n; a local runner takes them all) and sampled with the evaluation
-        settings and a fixed seed per problem, so successive evaluations differ only by the
-        weights. Returns one `dapo_rllib.contracts.EvalRecord` per problem; the caller merges
-        the shards and computes the metrics. `progress` shows progress bars.
+        (worker_index 1..n; a local runner takes them all) and run with the evaluation settings and
+        fixed seeds per problem and sample, so successive evaluations differ only by the weights.
+        Returns one `dapo_rllib.contracts.EvalRecord` per problem; the caller merges the shards and
+        computes the metrics. `progress` shows a progress bar.
         """
         env = self._evaluation_env()
         count = env.num_problems if max_problems is None else min(max_problems, env.num_problems)
         shards = max(self.num_workers, 1)
         mine = [i for i in range(count) if i % shards == max(self.worker_index - 1, 0)]
-        # Truncations are reported per record, apart from the training metrics.
-        fitted = {i: self._fitted_prompt(env.problem(i).messages) for i in mine}
-        prompts = [fitted[i][0] for i in mine]
-        seeds = [request_seed(self.config.seed, EVAL_STREAM, i) for i in mine]
-        params = sampling_params(self.config, self.tokenizer, n=num_samples, explore=False, seeds=seeds)
-        outputs = self._generate(prompts, params, progress=progress)
-        scoring = tqdm(total=len(mine) * num_samples, desc="scoring", unit="sample", disable=not progress)
-        # Scored a chunk of problems at a time: enough samples to keep a parallel scorer (the
-        # code env's sandbox pool) busy, few enough for the progress bar to move.
-        per_chunk = max(1, EVAL_SCORING_CHUNK_SAMPLES // num_samples)
-        pairs = list(zip(mine, outputs))
+        rollouts = {i: [self._start_episode(env, i, (EVAL_STREAM, i, k)) for k in range(num_samples)] for i in mine}
+        bar = tqdm(total=len(mine) * num_samples, desc="evaluating", unit="episode", disable=not progress)
+        timing = self._eval_loop.run([r for samples in rollouts.values() for r in samples], progress=bar.update)
+        bar.close()
+        self.last_sample_timing = timing.as_metrics()
         records = []
-        for start in range(0, len(pairs), per_chunk):
-            chunk = pairs[start : start + per_chunk]
-            # Evaluation samples are detokenized by vLLM (`sampling_params`).
-            problems = [env.problem(i) for i, out in chunk for _ in out.outputs]
-            infos = iter(env.score_many(problems, [c.text for _, out in chunk for c in out.outputs]))
-            for i, out in chunk:
-                problem = env.problem(i)
-                records.append(
-                    EvalRecord.from_infos(
-                        [next(infos) for _ in out.outputs],
-                        problem_index=i,
-                        data_source=problem.data_source,
-                        ground_truth=problem.ground_truth,
-                        length=[len(c.token_ids) for c in out.outputs],
-                        truncated=[c.finish_reason == "length" for c in out.outputs],
-                        prompt_truncated=fitted[i][1],
-                    )
+        for i, samples in rollouts.items():
+            problem = env.problem(i)
+            records.append(
+                EvalRecord.from_infos(
+                    [r.final_info for r in samples],
+                    problem_index=i,
+                    data_source=problem.data_source,
+                    ground_truth=problem.ground_truth,
+                    length=[r.response_length for r in samples],
+                    truncated=[r.truncated for r in samples],
+                    prompt_truncated=samples[0].prompt_truncated,
                 )
-            scoring.update(sum(len(out.outputs) for _, out in chunk))
-        scoring.close()
+            )
         return records
 
     # ----- weights: streamed in buckets (see dapo_rllib.weight_sync) ----------------------

@@ -1,9 +1,18 @@
-"""The part of a single-step problem environment that does not depend on the problems.
+"""Language environments over a list of problems: the part that does not depend on the problems.
 
-A trainer uses an environment as a prompt source and a batch scorer: :meth:`ProblemEnv.draw`
-gives the next problems of a seeded draw order, and :meth:`ProblemEnv.score_many` rates
-completions of any problems (GRPO/DAPO sample G completions per prompt). ``reset()`` and
-``step(completion_text)`` are the same two pieces as a Gymnasium episode of one problem.
+An episode is a Gymnasium episode over chat messages. ``reset()`` gives the first messages of a
+problem (and, in its info, the schemas of the tools the model may call); ``step(model_message)``
+takes the model's turn and returns the messages that follow it (tool results, feedback), a reward,
+``terminated``/``truncated`` and an info. The episode ends on the environment's word, or when the
+env runner stops it (``max_turns``, the token budget) and calls :meth:`ProblemEnv.finish`. A
+single-step task is the one-turn case: its ``step`` scores the answer and ends the episode.
+
+The base class's ``step`` runs the tool calls of a turn (:mod:`dapo_rllib.tools`) and answers with
+their results; a turn without calls is an answer, scored by the subclass's ``_score``; the
+``_feedback`` hook may then continue the episode (a wrong answer shown what went wrong) instead of
+ending it. A trainer also uses an environment as a prompt source and a batch scorer:
+:meth:`ProblemEnv.draw` gives the next problems of a seeded draw order, and
+:meth:`ProblemEnv.score_many` rates completions of any problems.
 
 :class:`ProblemEnv` owns the config keys, the problem list, the draw order and its checkpoint
 state, the episode bookkeeping and the checks of what callers pass; a subclass only loads its
@@ -26,8 +35,9 @@ import numpy as np
 from gymnasium import spaces
 
 from dapo_rllib.columns import Info
-from dapo_rllib.contracts import ResetInfo, ScoreInfo, ScoreResult, check_score_result, score_info
+from dapo_rllib.contracts import ResetInfo, ScoreInfo, ScoreResult, ToolStepInfo, check_score_result, score_info
 from dapo_rllib.rewards.text import as_text
+from dapo_rllib.tools import Tool, ToolCall, run_tool_calls
 
 #: Config keys every problem environment has besides "dataset", and their defaults.
 PROBLEM_CONFIG: dict[str, Any] = {"split": "train", "num_problems": None, "shuffle": True, "seed": 0}
@@ -84,6 +94,9 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
     _generate: ClassVar[Callable[[str, int | None], list]]
     #: ``_load_file(path)``: the problems of a dataset file (a staticmethod).
     _load_file: ClassVar[Callable[[str | os.PathLike[str]], list]]
+    #: The tools the model may call (a subclass sets them, on the class or in ``__init__``); none: the model
+    #: answers in one turn.
+    tools: Sequence[Tool] = ()
 
     metadata: dict[str, Any] = {"render_modes": []}
 
@@ -119,6 +132,16 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         self._order = DrawOrder(self.num_problems, self._shuffle, settings["seed"])
         # Index of the problem awaiting a step(), or None outside an episode.
         self._current: int | None = None
+        # The text of the model's last turn, and its info where it was scored (for finish()).
+        self._last_turn: tuple[str, ScoreInfo | None] | None = None
+
+    def spawn(self) -> ProblemEnv:
+        """A twin for one more episode at a time: it shares the problems, scorers and tools (and the draw
+        order), and has an episode state of its own. The env runner runs a round's episodes on twins; a
+        subclass whose episodes keep state of their own sets it in ``reset``."""
+        twin = copy.copy(self)
+        twin._current, twin._last_turn = None, None
+        return twin
 
     @property
     def _name(self) -> str:
@@ -209,22 +232,74 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
             (index,) = self._order.take(1)
         self._current = index
         problem = self._problems[index]
+        self._last_turn = None
         info = ResetInfo(
             problem_index=index,
             ground_truth=problem.ground_truth,
             data_source=problem.data_source,
             epoch=self._order.epoch,
+            tools=[tool.schema for tool in self.tools],
         )
         return self._messages(index), info
 
-    def step(self, action: str | bytes) -> tuple[list[dict[str, str]], float, bool, bool, ScoreInfo]:
-        """Score the completion ``action`` on the problem of :meth:`reset`; the episode always
-        terminates. The info is :meth:`score_many`'s."""
+    def step(self, action: str | bytes | Mapping[str, Any]) -> tuple[list[dict], float, bool, bool, dict]:
+        """Take the model's turn on the problem of :meth:`reset`.
+
+        ``action`` is the turn's text (str, or UTF-8 bytes), or the assistant message the env runner makes
+        of it: ``{"role": "assistant", "content": text, "tool_calls": [ToolCall, ...]}`` (the calls read by
+        the ``tool_call_format`` parser; see :mod:`dapo_rllib.tools`).
+
+        - A turn with tool calls, in an environment that has tools: each call runs (a failed call is an
+          error message the model sees), the tool messages (``{"role": "tool", "name", "content"}``) come
+          back with reward 0, and the episode goes on. The info is a :class:`ToolStepInfo`.
+        - Any other turn is an answer, scored by ``_score``: its info is :meth:`score_many`'s. When
+          ``_feedback`` has messages for it, they come back with reward 0 and the episode goes on;
+          otherwise the episode terminates with the answer's score as the reward and no messages.
+        """
+        problem = self._episode_problem("step")
+        text, calls = _model_turn(action, self._name)
+        if calls and self.tools:
+            results = run_tool_calls(calls, {tool.name: tool for tool in self.tools})
+            self._last_turn = (text, None)
+            messages = [
+                {"role": "tool", "name": call.name or "invalid_call", "content": result.content}
+                for call, result in zip(calls, results)
+            ]
+            errors: dict[str, int] = {}
+            for result in results:
+                if result.error is not None:
+                    errors[result.error.value] = errors.get(result.error.value, 0) + 1
+            info = ToolStepInfo(
+                tool_calls=len(calls), tool_errors=errors, tool_s=sum(result.duration_s for result in results)
+            )
+            return messages, 0.0, False, False, info
+        (info,) = self.score_many([problem], [text])
+        feedback = self._feedback(problem, text, info)
+        if feedback:
+            self._last_turn = (text, info)
+            return [dict(message) for message in feedback], 0.0, False, False, info
+        self._current = None
+        return [], info[Info.SCORE], True, False, info
+
+    def finish(self) -> tuple[float, ScoreInfo]:
+        """End an episode that the env runner stopped (``max_turns`` reached, or the token budget spent):
+        the model's last turn is rated as its final answer. Returns that reward and info."""
+        problem = self._episode_problem("finish")
+        text, info = self._last_turn if self._last_turn is not None else ("", None)
+        if info is None:
+            (info,) = self.score_many([problem], [text])
+        self._current = None
+        return float(info[Info.SCORE]), info
+
+    def _feedback(self, problem: ProblemT, answer: str, info: ScoreInfo) -> Sequence[Mapping[str, str]] | None:
+        """Messages that continue the episode after ``answer`` was rated ``info`` (the model tries again), or
+        None to end it with that rating. One-turn tasks keep this default."""
+        return None
+
+    def _episode_problem(self, caller: str) -> ProblemT:
         if self._current is None:
-            raise RuntimeError(f"{self._name}.step() called without an active episode: call reset() first")
-        (info,) = self.score_many([self._problems[self._current]], [action])
-        index, self._current = self._current, None
-        return self._messages(index), info[Info.SCORE], True, False, info
+            raise RuntimeError(f"{self._name}.{caller}() called without an active episode: call reset() first")
+        return self._problems[self._current]
 
     def get_state(self) -> dict[str, Any]:
         """Draw-order state (see :meth:`DrawOrder.get_state`), for checkpoints."""
@@ -303,6 +378,24 @@ def build_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -
             "'Your own task type')"
         )
     return env
+
+
+def _model_turn(action: Any, env_name: str) -> tuple[str, list[ToolCall]]:
+    """(the turn's text, its tool calls) of a ``step`` action."""
+    if isinstance(action, Mapping):
+        if action.get("role") != "assistant" or not isinstance(action.get("content"), str):
+            raise TypeError(
+                f"{env_name}.step() takes a turn's text or an assistant message "
+                f"{{'role': 'assistant', 'content': str, 'tool_calls': [...]}}, got {action!r}"
+            )
+        calls = list(action.get("tool_calls") or ())
+        if not all(isinstance(call, ToolCall) for call in calls):
+            raise TypeError(f"{env_name}.step(): tool_calls must be dapo_rllib.tools.ToolCall objects, got {calls!r}")
+        return action["content"], calls
+    try:
+        return as_text(action), []
+    except TypeError as error:
+        raise TypeError(f"{env_name}.step(): {error}") from None
 
 
 class DrawOrder:

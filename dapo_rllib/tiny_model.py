@@ -74,6 +74,34 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# The same, able to show tools, in Qwen2.5's format (the default tool parser's): the tools' schemas as JSON
+# lines inside <tools></tools> in a system turn, a call as <tool_call>{json}</tool_call> in the assistant's
+# turn, tool results inside <tool_response></tool_response> in a user turn (consecutive results share it).
+# Its system text is short: the tiny models' prompts are short.
+TOOL_CHAT_TEMPLATE = (
+    "{% if tools %}<|im_start|>system{{ '\\n' }}"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
+    "Tools:{{ '\\n' }}<tools>{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}{{ '\\n' }}</tools>"
+    "{{ '\\n' }}Call one as <tool_call>{{ '\\n' }}{\"name\": <name>, \"arguments\": <object>}{{ '\\n' }}</tool_call>"
+    "<|im_end|>{{ '\\n' }}"
+    "{% elif messages[0]['role'] == 'system' %}"
+    "<|im_start|>system{{ '\\n' + messages[0]['content'] }}<|im_end|>{{ '\\n' }}"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>{{ '\\n' }}{% endif %}"
+    "{% elif message['role'] != 'system' or not loop.first %}"
+    "<|im_start|>{{ message['role'] }}{% if message['content'] %}{{ '\\n' + message['content'] }}{% endif %}"
+    "{% for call in message.get('tool_calls') or [] %}"
+    '{{ \'\\n<tool_call>\\n{"name": "\' + call.function.name + \'", "arguments": \' }}'
+    "{{ (call.function.arguments | tojson) + '}\\n</tool_call>' }}"
+    "{% endfor %}<|im_end|>{{ '\\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}{% endif %}"
+)
 # (weight, format) of the final line; only "Answer: {r}" satisfies the DAPO scorer.
 ANSWER_STYLES = ((0.4, "Answer: {r}"), (0.3, "Answer: {r}."), (0.3, "The answer is {r}."))
 # (weight, style) of a code answer; only "return" passes the tests.

@@ -46,36 +46,32 @@ def build_vllm_engine(config, seed: int):
     return LLM(**kwargs)
 
 
-def sampling_params(config, tokenizer, *, n: int, explore: bool, seeds: list[int]) -> list:
-    """One SamplingParams per prompt, each with its own seed.
+def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: int, stop: tuple[str, ...] = ()):
+    """The SamplingParams of one model turn of one episode.
 
-    Per-request seeds make a group's completions a function of (weights, seed, prompt) only, so
-    a run resumed from a checkpoint samples exactly what the uninterrupted run would have,
-    whatever else the engine generated in between. Training samples (`explore`) use the
-    rollout temperature and top_p and carry the sampled tokens' log-probs (flat: a few lists per
-    completion, not a dict per token); evaluation samples use the evaluation settings.
-    Training samples leave their text to `decode_completions` where the tokenizer has a Rust
-    backend: vLLM's detokenizer would also decode every sampled token for its log-prob entry,
-    which nothing here reads and which costs ~10% of the generation throughput on the tiny
-    example.
+    A seed per request makes a turn a function of (weights, seed, context) only, so a run resumed from a
+    checkpoint samples exactly what the uninterrupted run would have, whatever else the engine generated
+    in between. Training samples (`explore`) use the rollout temperature and top_p and carry the sampled
+    tokens' log-probs (flat: a few lists per completion, not a dict per token); evaluation samples use the
+    evaluation settings. A turn stops at EOS, at `max_tokens`, or at one of `stop` (the end of a tool call),
+    which stays in the output. Samples leave their text to `decode_completions` where the tokenizer has a
+    Rust backend: vLLM's detokenizer would also decode every sampled token for its log-prob entry, which
+    nothing here reads and which costs ~10% of the generation throughput on the tiny example.
     """
     from vllm import SamplingParams
 
-    detokenize = not (explore and backend_tokenizer(tokenizer) is not None)
-
-    return [
-        SamplingParams(
-            n=n,
-            seed=seed,
-            temperature=config.temperature if explore else config.eval_temperature,
-            top_p=config.top_p if explore else config.eval_top_p,
-            max_tokens=config.max_response_length,
-            logprobs=0 if explore else None,
-            flat_logprobs=explore,
-            detokenize=detokenize,
-        )
-        for seed in seeds
-    ]
+    return SamplingParams(
+        n=1,
+        seed=seed,
+        temperature=config.temperature if explore else config.eval_temperature,
+        top_p=config.top_p if explore else config.eval_top_p,
+        max_tokens=max_tokens,
+        logprobs=0,
+        flat_logprobs=True,
+        detokenize=backend_tokenizer(tokenizer) is None,
+        stop=list(stop) or None,
+        include_stop_str_in_output=True,
+    )
 
 
 def request_seed(run_seed: int | None, *stream: int) -> int:
@@ -94,7 +90,7 @@ def decode_completions(tokenizer, prompt_ids: list[int], completions: list) -> l
     """The completions' text for the scorer, as vLLM's detokenizer returns it.
 
     Its algorithm for Rust-backed tokenizers: a DecodeStream primed with the prompt (leading
-    spaces decode as in context), the stop token left out, the bytes of a character still
+    spaces decode as in context), the stop token left out (a stop string stays), the bytes of a character still
     unfinished at the end (a response cut mid-character) held back. Without a Rust backend vLLM
     decoded them (`sampling_params(detokenize=True)`).
     """
@@ -107,7 +103,8 @@ def decode_completions(tokenizer, prompt_ids: list[int], completions: list) -> l
     for c in completions:
         stream = DecodeStream(ids=prompt_ids, skip_special_tokens=True)
         pieces = []
-        for token in c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids:
+        ended_by_stop_token = c.finish_reason == "stop" and not isinstance(c.stop_reason, str)
+        for token in c.token_ids[:-1] if ended_by_stop_token else c.token_ids:
             try:
                 pieces.append(stream.step(backend, token))
             except Exception as error:  # tokenizers' "Invalid prefix": restart, as vLLM does

@@ -38,10 +38,16 @@ def test_correct_solution_gets_plus_one():
     i = info["problem_index"]
     task = env.problem(i)
     assert obs == [dict(m) for m in task.messages]
-    assert info == {"problem_index": i, "ground_truth": task.ground_truth, "data_source": "code_arithmetic", "epoch": 0}
+    assert info == {
+        "problem_index": i,
+        "ground_truth": task.ground_truth,
+        "data_source": "code_arithmetic",
+        "epoch": 0,
+        "tools": [],
+    }
 
     obs2, reward, terminated, truncated, step_info = env.step(reference_solution(task))
-    assert obs2 == obs
+    assert obs2 == []  # nothing follows the answer
     assert (reward, terminated, truncated) == (1.0, True, False)
     assert step_info == {
         "score": 1.0,

@@ -13,6 +13,7 @@ from dapo_rllib.contracts import (
     ResetInfo,
     ScoreInfo,
     ScoreResult,
+    ToolStepInfo,
     check_score_result,
     score_info,
 )
@@ -29,10 +30,17 @@ def test_info_names_are_the_keys_of_the_info_types():
         Info.GROUND_TRUTH,
         Info.DATA_SOURCE,
     }
-    assert ResetInfo.__required_keys__ == {Info.PROBLEM_INDEX, Info.GROUND_TRUTH, Info.DATA_SOURCE, Info.EPOCH}
+    assert ResetInfo.__required_keys__ == {
+        Info.PROBLEM_INDEX,
+        Info.GROUND_TRUTH,
+        Info.DATA_SOURCE,
+        Info.EPOCH,
+        Info.TOOLS,
+    }
+    assert ToolStepInfo.__required_keys__ == {Info.TOOL_CALLS, Info.TOOL_ERRORS, Info.TOOL_S}
     # Every name of Info is a key of one of them.
     names = {value for name, value in vars(Info).items() if name.isupper()}
-    assert names == ScoreInfo.__required_keys__ | ResetInfo.__required_keys__
+    assert names == ScoreInfo.__required_keys__ | ResetInfo.__required_keys__ | ToolStepInfo.__required_keys__
 
 
 def test_episode_extras_that_copy_the_info_have_its_names():

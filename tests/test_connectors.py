@@ -14,24 +14,32 @@ PAD = 0
 
 
 def episode(prompt, response, reward, group_id, *, truncated=False, acc=None, rollout_logp=None):
+    """A one-turn episode as the env runner builds it."""
+    logp = np.full(len(response), -1.0, np.float32) if rollout_logp is None else np.asarray(rollout_logp, np.float32)
+    return turns_episode(prompt, [(response, logp, [])], reward, group_id, truncated=truncated, acc=acc)
+
+
+def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None):
+    """An episode of `turns` [(model ids, vLLM log-probs, environment ids after)], shaped as the env runner
+    builds it: a step per turn, the environment's ids the next observation, the reward at the end."""
     ep = SingleAgentEpisode()
     ep.add_env_reset(observation=np.array(prompt))
-    ep.add_env_step(
-        observation=np.array(prompt),
-        action=np.array(response),
-        reward=reward,
-        terminated=True,
-        extra_model_outputs={
-            Extras.GROUP_ID: group_id,
-            Extras.SCORE: reward,
-            Extras.ACC: float(reward > 0) if acc is None else acc,
-            Extras.TRUNCATED: truncated,
-            Extras.ROLLOUT_LOGP: np.full(len(response), -1.0, np.float32)
-            if rollout_logp is None
-            else np.asarray(rollout_logp, np.float32),
-        },
-    )
-    return ep.to_numpy()
+    for t, (model_ids, logp, env_ids) in enumerate(turns):
+        last = t == len(turns) - 1
+        ep.add_env_step(
+            observation=np.array(env_ids, dtype=np.int64),
+            action=np.array(model_ids),
+            reward=reward if last else 0.0,
+            terminated=last,
+            extra_model_outputs={
+                Extras.GROUP_ID: group_id,
+                Extras.SCORE: reward,
+                Extras.ACC: float(reward > 0) if acc is None else acc,
+                Extras.TRUNCATED: truncated,
+                Extras.ROLLOUT_LOGP: np.asarray(logp, np.float32),
+            },
+        )
+    return ep
 
 
 def run_pieces(episodes, overlong_filtering=False, estimator="grpo"):
@@ -108,3 +116,22 @@ def test_informative_groups_keeps_mixed_and_single_member_groups():
     assert [len(g) for g in groups] == [2, 2, 2, 1]
     kept = informative_groups(groups, Extras.ACC)
     assert [int(g[0].get_extra_model_outputs(Extras.GROUP_ID, 0)) for g in kept] == [2, 3]
+
+
+def test_a_multi_turn_episode_is_one_sequence_with_only_the_models_tokens_in_the_loss():
+    # Turn 1: the model samples [7, 8], the environment adds [30, 31, 32]; turn 2: the model samples [9].
+    two_turns = turns_episode([5, 6], [([7, 8], [-0.5, -0.25], [30, 31, 32]), ([9], [-0.125], [])], 1.0, 0)
+    one_turn = episode([5, 6], [7], -1.0, 0)
+    b = run_pieces([two_turns, one_turn])
+    np.testing.assert_array_equal(b[Columns.ACTIONS], [[7, 8, 30, 31, 32, 9], [7, PAD, PAD, PAD, PAD, PAD]])
+    np.testing.assert_array_equal(b[Columns.RESPONSE_MASK], [[1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(b[Columns.LOSS_MASK], [[1, 1, 0, 0, 0, 1], [1, 0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(b[Columns.ROLLOUT_LOGP][0], [-0.5, -0.25, 0, 0, 0, -0.125])
+    # The group advantage of the episode's return (+1 against -1) on every one of its tokens.
+    assert b[Columns.ADVANTAGES][0, 0] > 0 and len(set(b[Columns.ADVANTAGES][0].tolist())) == 1
+
+
+def test_overlong_filtering_masks_every_turn_of_a_truncated_episode():
+    cut = turns_episode([5], [([7], [-1.0], [30]), ([8, 9], [-1.0, -1.0], [])], -1.0, 0, truncated=True)
+    b = run_pieces([cut, episode([5], [7], 1.0, 0)], overlong_filtering=True)
+    np.testing.assert_array_equal(b[Columns.LOSS_MASK], [[0, 0, 0, 0], [1, 0, 0, 0]])

@@ -20,11 +20,12 @@ def test_correct_answer_gets_plus_one():
     env = MathEnv({"num_problems": 20})
     obs, info = env.reset()
     assert obs == [dict(m) for m in env.problem(info["problem_index"]).messages]
-    assert set(info) == {"problem_index", "ground_truth", "data_source", "epoch"}
+    assert set(info) == {"problem_index", "ground_truth", "data_source", "epoch", "tools"}
+    assert info["tools"] == []  # answers only
     assert info["data_source"] == "arithmetic" and info["epoch"] == 0
 
     obs2, reward, terminated, truncated, step_info = env.step(_correct(info["ground_truth"]))
-    assert obs2 == obs
+    assert obs2 == []  # nothing follows the answer
     assert (reward, terminated, truncated) == (1.0, True, False)
     assert step_info == {
         "score": 1.0,
