@@ -75,6 +75,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self._tool_parser = load_tool_call_parser(self.config.tool_call_format)
         self._renderers: dict[type, TurnRenderer] = {}  # per environment class (its tools)
         self._train_loop, self._eval_loop = self._turn_loop(explore=True), self._turn_loop(explore=False)
+        self._renderer(self.env)  # a chat template that cannot show the env's tools is refused here
         # Wall times of the last sample() call, returned to the algorithm with its episodes: a
         # generation round takes as long as its slowest runner, which summed metrics cannot show.
         self.last_sample_timing: dict[str, float] = {}
@@ -116,15 +117,21 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         """An episode of problem `problem_index` on a twin of `env`, reset and with its prompt rendered."""
         twin = env.spawn()
         messages, info = twin.reset(options={Info.PROBLEM_INDEX: problem_index})
-        tools = info[Info.TOOLS]
+        renderer = self._renderer(env, info[Info.TOOLS])
+        prompt_ids, truncated = self._fitted_prompt(renderer, messages)
+        return EpisodeRollout(twin, prompt_ids, seed_stream, renderer, prompt_truncated=truncated)
+
+    def _renderer(self, env, tools: list[dict] | None = None) -> TurnRenderer:
+        """The turn renderer of `env`'s tools (its reset info's `tools`, or `env.tools`), checked to show
+        them when it has any."""
+        tools = [tool.schema for tool in env.tools] if tools is None else tools
         renderer = self._renderers.get(type(env))
         if renderer is None or renderer.tools != tools:
             if tools:
                 check_renders_tools(self.tokenizer)
             renderer = TurnRenderer(self.tokenizer, tools, self.config.max_tool_response_tokens)
             self._renderers[type(env)] = renderer
-        prompt_ids, truncated = self._fitted_prompt(renderer, messages)
-        return EpisodeRollout(twin, prompt_ids, seed_stream, renderer, prompt_truncated=truncated)
+        return renderer
 
     def _turn_loop(self, explore: bool) -> TurnLoop:
         from vllm.inputs import TokensPrompt
@@ -236,6 +243,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             self._eval_env = build_env(
                 eval_cfg.env, self.config.evaluation_env_config(), self.worker_index, self.num_workers
             )
+            self._renderer(self._eval_env)
         return self._eval_env
 
     def evaluate(

@@ -333,13 +333,13 @@ def test_tokenizer_without_chat_template_falls_back_to_plain_text_logged_once(pl
     assert plain_tokenizer_path in warnings[0] and "'\\n\\n'" in warnings[0] and "chat_template" in warnings[0]
 
 
-def test_a_prompt_over_max_prompt_length_is_left_truncated_and_counted(tiny_model_path):
-    """Counted, not refused: the env runner keeps the prompt's last max_prompt_length tokens and
-    adds 1 to `prompts_left_truncated` (env_runners/prompts_left_truncated in the results)."""
-    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+def test_a_prompt_over_max_prompt_length_is_left_truncated(tiny_model_path):
+    """Kept, not refused: the env runner keeps the prompt's last max_prompt_length tokens and says it cut
+    it (`sample` adds it to `prompts_left_truncated`, env_runners/prompts_left_truncated in the results;
+    `evaluate` to its records)."""
     from transformers import AutoTokenizer
 
-    from dapo_rllib.columns import Metrics
+    from dapo_rllib.chat_turns import TurnRenderer
     from dapo_rllib.data.prompts import render_prompt_ids
     from dapo_rllib.env_runner import VLLMEnvRunner
 
@@ -348,22 +348,18 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated_and_counted(tiny_mode
     full = render_prompt_ids(tokenizer, long_prompt)
     limit = len(render_prompt_ids(tokenizer, GOOD_PROMPT))
     assert len(full) > limit
-    # Only what _prompt_ids reads: no vLLM engine is built.
-    runner = SimpleNamespace(
-        tokenizer=tokenizer, config=SimpleNamespace(max_prompt_length=limit), metrics=MetricsLogger()
-    )
-    runner._fitted_prompt = lambda messages: VLLMEnvRunner._fitted_prompt(runner, messages)
-    assert VLLMEnvRunner._prompt_ids(runner, GOOD_PROMPT) == render_prompt_ids(tokenizer, GOOD_PROMPT)
-    assert runner.metrics.peek(Metrics.PROMPTS_TRUNCATED, default=0) == 0
-    assert VLLMEnvRunner._prompt_ids(runner, long_prompt) == full[-limit:]
-    assert VLLMEnvRunner._prompt_ids(runner, long_prompt) == full[-limit:]
-    assert runner.metrics.peek(Metrics.PROMPTS_TRUNCATED) == 2
-    assert runner.metrics.reduce()[Metrics.PROMPTS_TRUNCATED] == 2
+    # Only what _fitted_prompt reads: no vLLM engine is built.
+    runner = SimpleNamespace(config=SimpleNamespace(max_prompt_length=limit))
+    renderer = TurnRenderer(tokenizer)
+    fitted = VLLMEnvRunner._fitted_prompt(runner, renderer, GOOD_PROMPT)
+    assert fitted == (render_prompt_ids(tokenizer, GOOD_PROMPT), False)
+    assert VLLMEnvRunner._fitted_prompt(runner, renderer, long_prompt) == (full[-limit:], True)
 
 
 def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path, monkeypatch, capsys):
     """`rllib evaluate` puts the runner's count in its JSON and prints it (no vLLM: a stand-in runner)."""
     import dapo_rllib.env_runner as env_runner
+    from dapo_rllib.chat_turns import TurnRenderer
     from dapo_rllib.contracts import EvalRecord
     from dapo_rllib.evaluate import evaluate
 
@@ -391,7 +387,7 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
                     length=[1] * num_samples,
                     truncated=[False] * num_samples,
                     timed_out=[False] * num_samples,
-                    prompt_truncated=fitted_prompt(self, p.messages)[1],
+                    prompt_truncated=fitted_prompt(self, TurnRenderer(self.tokenizer), p.messages)[1],
                 )
                 for p in problems
             ]

@@ -1,0 +1,147 @@
+"""Episodes over several turns through DAPO's real loop, with the README's number-guessing environment.
+
+The learner's sequence of an episode is replayed from the parts (the environment, the chat template and the
+vLLM engine with the episode's seeds): it equals vLLM's sampled ids plus the environment's rendered ids,
+and the loss mask covers exactly the sampled ones. Training on such episodes reports the turn metrics and
+keeps the rollout/learner log-prob mismatch at float32 noise (the environment's tokens are outside it).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from dapo_rllib.chat_turns import TurnRenderer
+from dapo_rllib.columns import Columns, Extras, Metrics
+from dapo_rllib.connectors import PadTokenBatch
+from dapo_rllib.env_runner import TRAIN_STREAM
+from dapo_rllib.rollout import EndReason
+from dapo_rllib.vllm_engine import request_seed, sampling_params
+from tests.test_dapo_integration import tiny_config
+
+README = Path(__file__).parents[1] / "README.md"
+GROUP_ID = 1000
+
+
+@pytest.fixture(scope="module")
+def example() -> types.ModuleType:
+    """The README's multi-turn example, executed as a module of its own."""
+    section = README.read_text().split("\n## Episodes over several turns, and tools\n", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
+    module = types.ModuleType("readme_guess_number")
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(code, f"{README}:Episodes over several turns", "exec"), module.__dict__)
+        yield module
+    finally:
+        del sys.modules[module.__name__]
+
+
+def test_the_example_env_gives_hints_until_the_guess_is_right(example):
+    env = example.GuessEnv({"num_problems": 10})
+    messages, info = env.reset(options={"problem_index": 0})
+    secret = int(env.problem(0).ground_truth)
+    assert messages == [{"role": "user", "content": example.RULES}] and info["tools"] == []
+    low = env.step(f"My guess: {secret - 1}")
+    assert low[:4] == ([{"role": "user", "content": "Higher."}], 0.0, False, False)
+    assert env.step("no idea")[0] == [{"role": "user", "content": "Reply with one number."}]
+    assert env.step(str(secret + 1))[0] == [{"role": "user", "content": "Lower."}]
+    found = env.step(str(secret))
+    assert found[:4] == ([], 1.0, True, False) and found[4]["acc"] is True
+
+
+@pytest.fixture(scope="module")
+def algo(ray_session, tiny_model_path, example):
+    # The tiny arithmetic model guesses the number rarely, so most episodes take all their turns. With
+    # dynamic sampling off every group is trained, informative or not.
+    config = tiny_config(
+        tiny_model_path,
+        max_turns=3,
+        max_response_length=96,
+        overlong_buffer_len=0,
+        dynamic_sampling=False,
+        group_size=2,
+        train_batch_size_prompts=4,
+        minibatch_size_prompts=2,
+    ).environment("guess_number", env_config={"num_problems": 40})
+    config = config.evaluation(evaluation_config={"env_config": {"num_problems": 40}})
+    algo = config.build_algo()
+    yield algo
+    algo.stop()
+
+
+def test_the_learner_sequence_is_vllms_ids_plus_the_environments_ids(algo, example):
+    runner = algo.env_runner  # the local env runner (num_env_runners=0)
+    cfg = runner.config
+    problem_index = 3
+    episodes = runner.sample(requests=[(problem_index, GROUP_ID)])
+    assert len(episodes) == cfg.group_size
+    multi = [ep for ep in episodes if len(ep) > 1]
+    assert multi, "the tiny model found the number at once in every episode"
+
+    renderer = TurnRenderer(runner.tokenizer)
+    batch = PadTokenBatch(pad_token_id=0, overlong_filtering=False)(rl_module=None, batch={}, episodes=episodes)
+    rows = batch[DEFAULT_MODULE_ID]
+    for k, ep in enumerate(episodes):
+        # Replay the episode from its parts: the environment, the template, the engine with its seeds.
+        env = example.GuessEnv({"num_problems": 40})
+        messages, _ = env.reset(options={"problem_index": problem_index})
+        context = renderer.prompt_ids(messages)
+        assert list(ep.get_observations(0)) == context
+        response, mask = [], []
+        for t in range(len(ep)):
+            seed = request_seed(cfg.seed, TRAIN_STREAM, GROUP_ID, k, t)
+            params = sampling_params(cfg, runner.tokenizer, explore=True, seed=seed, max_tokens=96 - len(response))
+            (out,) = runner.llm.generate([{"prompt_token_ids": context + response}], params, use_tqdm=False)
+            sampled = list(out.outputs[0].token_ids)
+            assert list(ep.get_actions(t)) == sampled
+            # The log-probs to float32 noise: the replay runs in a batch of one, the round in a batch of all.
+            np.testing.assert_allclose(
+                ep.get_extra_model_outputs(Extras.ROLLOUT_LOGP, t), out.outputs[0].logprobs.logprobs, atol=1e-5
+            )
+            reply, *_ = env.step(runner.tokenizer.decode(sampled, skip_special_tokens=True))
+            env_ids = renderer.turn_ids(reply) if t < len(ep) - 1 else []
+            assert list(ep.get_observations(t + 1)) == env_ids
+            response += sampled + env_ids
+            mask += [1] * len(sampled) + [0] * len(env_ids)
+        width = rows[Columns.ACTIONS].shape[1]
+        assert rows[Columns.ACTIONS][k, : len(response)].tolist() == response
+        assert rows[Columns.LOSS_MASK][k].tolist() == mask + [0] * (width - len(mask))
+        assert rows[Columns.RESPONSE_MASK][k].sum() == len(response)
+        # The decoded sequence is the conversation as the template renders it whole.
+        text = runner.tokenizer.decode(context + response)
+        assert text.startswith(f"<|im_start|>user\n{example.RULES}<|im_end|>\n<|im_start|>assistant\n")
+        assert text.count("<|im_start|>assistant\n") == len(ep)
+
+
+def test_training_on_multi_turn_episodes_reports_turns_and_keeps_the_mismatch_at_noise(algo):
+    results = [algo.train() for _ in range(2)]
+    for result in results:
+        rollout = result[Metrics.ROLLOUT]
+        assert 1 < rollout[Metrics.TURNS_MEAN] <= rollout[Metrics.TURNS_MAX] <= 3
+        assert rollout[Metrics.ENV_TOKENS_MEAN] > 0 and rollout[Metrics.MODEL_TOKENS_MEAN] > 0
+        shares = rollout[Metrics.ENDED_BY]
+        assert set(shares) == {str(reason) for reason in EndReason}
+        assert sum(shares.values()) == pytest.approx(1.0)
+        assert shares[str(EndReason.MAX_TURNS)] > 0
+        assert rollout[Metrics.TOOL_CALLS] == 0 and set(rollout[Metrics.TOOL_ERRORS].values()) == {0}
+        learner = result["learners"]["default_policy"]
+        # Only the model's tokens are compared: the environment's would differ by their whole log-prob.
+        assert learner[Metrics.ROLLOUT_LOGP_ABS_DIFF] < 0.01
+        assert np.isfinite(learner[Metrics.POLICY_LOSS])
+        assert result["timers"][Metrics.GENERATION_S] > 0
+
+
+def test_validation_runs_multi_turn_episodes(algo):
+    results = algo.evaluate()
+    guess = results["guess"]
+    assert (guess["num_problems"], guess["num_samples"]) == (16, 32)
+    assert 0.0 <= guess["avg@2"] <= guess["pass@2"] <= 1.0
+    # Every token after the prompt counts: up to 3 turns and the hints between them.
+    assert 0 < guess["response_length_mean"] <= 96
