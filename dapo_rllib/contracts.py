@@ -20,7 +20,7 @@ the scoring child process and the environments import this module without Ray.
 
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, NotRequired, Self, TypedDict, cast
 
 from dapo_rllib.columns import Info
@@ -123,6 +123,10 @@ class ProblemSamples:
         length: Response length of each sample in tokens.
         truncated: Whether each sample hit the generation limit.
         timed_out: Whether scoring each sample hit the scoring timeout (scored wrong).
+        turns: Model turns of each sample's episode (keyword only; empty: not reported).
+        tool_calls: Tool calls in each sample's episode (keyword only; empty: not reported).
+        first_acc: Whether each sample's first answer was correct (keyword only; empty: not reported). In a
+            task with feedback the model may answer again; ``acc`` is of its last answer.
     """
 
     data_source: str
@@ -131,9 +135,16 @@ class ProblemSamples:
     length: Sequence[int] = field(metadata={_PER_SAMPLE: True})
     truncated: Sequence[bool] = field(metadata={_PER_SAMPLE: True})
     timed_out: Sequence[bool] = field(metadata={_PER_SAMPLE: True})
+    turns: Sequence[int] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
+    tool_calls: Sequence[int] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
+    first_acc: Sequence[bool] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
 
     def __post_init__(self) -> None:
-        sizes = {f.name: len(getattr(self, f.name)) for f in fields(self) if f.metadata.get(_PER_SAMPLE)}
+        sizes = {
+            f.name: len(getattr(self, f.name))
+            for f in fields(self)
+            if f.metadata.get(_PER_SAMPLE) and (f.default_factory is MISSING or getattr(self, f.name))
+        }
         if len(set(sizes.values())) != 1 or not self.n:
             raise ValueError(f"a problem needs the same, non-zero number of values per sample field, got {sizes}")
 
@@ -167,9 +178,12 @@ class EvalRecord(ProblemSamples):
         length: Sequence[int],
         truncated: Sequence[bool],
         prompt_truncated: bool,
+        turns: Sequence[int] = (),
+        tool_calls: Sequence[int] = (),
+        first_acc: Sequence[bool] = (),
     ) -> Self:
         """The record of a problem whose samples were scored ``infos`` (``ProblemEnv.score_many``), with each
-        sample's ``length`` in tokens and whether it was ``truncated``."""
+        sample's ``length`` in tokens, whether it was ``truncated``, and its ``turns`` and ``tool_calls``."""
         return cls(
             problem_index=problem_index,
             data_source=data_source,
@@ -180,4 +194,7 @@ class EvalRecord(ProblemSamples):
             truncated=list(truncated),
             timed_out=[bool(info[Info.SCORE_TIMED_OUT]) for info in infos],
             prompt_truncated=prompt_truncated,
+            turns=list(turns),
+            tool_calls=list(tool_calls),
+            first_acc=list(first_acc),
         )

@@ -59,7 +59,7 @@ EVAL_STREAM = 1
 
 
 class VLLMEnvRunner(EnvRunner, Checkpointable):
-    """Samples `group_size` completions per prompt with vLLM and returns one-step episodes."""
+    """Runs `group_size` episodes per prompt with vLLM, turn by turn, and returns them as RLlib episodes."""
 
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
@@ -278,6 +278,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
                     length=[r.response_length for r in samples],
                     truncated=[r.truncated for r in samples],
                     prompt_truncated=samples[0].prompt_truncated,
+                    turns=[len(r.turns) for r in samples],
+                    tool_calls=[r.tool_calls for r in samples],
+                    first_acc=[r.first_acc for r in samples],
                 )
             )
         return records

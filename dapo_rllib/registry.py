@@ -17,6 +17,8 @@ ALGORITHM = "DAPO"
 ENVIRONMENTS_GROUP = "dapo_rllib.environments"
 MATH_ENV = "dapo_math"  # envs.math_env.MathEnv, DAPOConfig's default environment
 CODE_ENV = "dapo_code"  # envs.code_env.CodeEnv
+TOOL_MATH_ENV = "dapo_tool_math"  # envs.tool_math_env.ToolMathEnv: math with the python tool, over turns
+CODE_REPAIR_ENV = "dapo_code_repair"  # envs.code_repair_env.CodeRepairEnv: code with test feedback, over turns
 
 
 def _make_env(entry_point: str, env_context):

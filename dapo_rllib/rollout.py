@@ -110,8 +110,11 @@ class EpisodeRollout:
         return errors
 
     @property
-    def returns(self) -> float:
-        return sum(turn.reward for turn in self.turns)
+    def first_acc(self) -> bool:
+        """Whether the first answer was correct: the first turn the environment scored (the final verdict
+        when none was scored before it)."""
+        scored = next((turn.info for turn in self.turns if Info.ACC in turn.info), self.final_info)
+        return bool(scored[Info.ACC])
 
 
 @dataclass

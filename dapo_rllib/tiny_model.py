@@ -63,9 +63,10 @@ import torch
 
 from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
 from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
-from dapo_rllib.data.prompts import render_prompt_ids
 from dapo_rllib.data.scratchpad_sums import generate_sum_problems, parse_sum_question, scratchpad_lines
+from dapo_rllib.data.tool_arithmetic import generate_tool_arithmetic_problems, parse_product_question
 from dapo_rllib.rewards.math_dapo import compute_score as math_dapo_score
+from dapo_rllib.tools import PYTHON_TOOL_SCHEMA
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 CHAT_TEMPLATE = (
@@ -74,15 +75,16 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-# The same, able to show tools, in Qwen2.5's format (the default tool parser's): the tools' schemas as JSON
-# lines inside <tools></tools> in a system turn, a call as <tool_call>{json}</tool_call> in the assistant's
-# turn, tool results inside <tool_response></tool_response> in a user turn (consecutive results share it).
-# Its system text is short: the tiny models' prompts are short.
+# The same, able to show tools, in Qwen2.5's format where it matters to the default tool parser: a call
+# is <tool_call>{json}</tool_call> in the assistant's turn, tool results are inside
+# <tool_response></tool_response> in a user turn (consecutive results share it). The system turn names
+# each tool and its arguments only (Qwen's lists the whole JSON schema): the tiny models' prompts are short.
 TOOL_CHAT_TEMPLATE = (
     "{% if tools %}<|im_start|>system{{ '\\n' }}"
     "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}"
-    "Tools:{{ '\\n' }}<tools>{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}{{ '\\n' }}</tools>"
-    "{{ '\\n' }}Call one as <tool_call>{{ '\\n' }}{\"name\": <name>, \"arguments\": <object>}{{ '\\n' }}</tool_call>"
+    "Tools:{% for tool in tools %} {{ tool.function.name }}"
+    "({{ tool.function.parameters.properties | list | join(', ') }}){% endfor %}."
+    " Call one as <tool_call>{{ '\\n' }}{\"name\": <name>, \"arguments\": <object>}{{ '\\n' }}</tool_call>"
     "<|im_end|>{{ '\\n' }}"
     "{% elif messages[0]['role'] == 'system' %}"
     "<|im_start|>system{{ '\\n' + messages[0]['content'] }}<|im_end|>{{ '\\n' }}"
@@ -110,6 +112,10 @@ CODE_ANSWER_STYLES = ((0.4, "return"), (0.3, "print"), (0.3, "wrong name"))
 # around + and = (right as often, half as long again: long sums no longer fit the response
 # limit); the answer alone (short, right only when the sum is done in one go).
 SUMS_ANSWER_STYLES = ((0.4, "scratchpad"), (0.3, "spaced"), (0.3, "direct"))
+# (weight, style) of a tool-arithmetic answer: the python tool with the right expression, then its
+# output copied into the answer (right); the tool with a wrong operator (wrong); the answer without the
+# tool (right only if the model can multiply in its head, which the tiny model cannot).
+TOOL_ANSWER_STYLES = ((0.35, "tool"), (0.35, "wrong expression"), (0.3, "no tool"))
 SUMS_TRAIN_PROBLEMS = 2400
 SUMS_TEST_PROBLEMS = 120  # the ablation's held-out set (tuned_examples/dapo/tiny_ablation.py)
 
@@ -148,6 +154,41 @@ def sums_answer(problem_text: str, style: str) -> str:
     return "\n".join([*lines, f"Answer: {start + sum(addends)}"])
 
 
+def python_call(code: str) -> str:
+    """A call of the python tool in the default (Hermes) format."""
+    return "<tool_call>\n" + json.dumps({"name": "python", "arguments": {"code": code}}) + "\n</tool_call>"
+
+
+def tool_answer(problem, style: str) -> list[str]:
+    """The turns of a tool-arithmetic episode in one of the TOOL_ANSWER_STYLES: [call, tool output, answer]
+    with the tool, [answer] without. The tool output is what the python tool prints."""
+    a, b = parse_product_question(problem.prompt_text)
+    if style == "no tool":
+        return [f"Answer: {a * b}"]
+    expression, value = (f"{a} * {b}", a * b) if style == "tool" else (f"{a} + {b}", a + b)
+    return [python_call(expression), f"{value}\n", f"Answer: {value}"]
+
+
+def _first_turn_right(problem, response: str) -> bool:
+    """The first turn calls python with an expression whose value is the answer, or gives the answer."""
+    from dapo_rllib.tools import HermesToolParser
+
+    calls = HermesToolParser().parse(response)
+    if not calls:
+        return _math_correct(problem, response)
+    code = (calls[0].arguments or {}).get("code")
+    return isinstance(code, str) and _product_value(code) == int(problem.ground_truth)
+
+
+def _product_value(code: str) -> int | None:
+    """The value of `code` when it is one product or sum of two integers ("347 * 58"), else None."""
+    match = re.fullmatch(r"\s*(\d+)\s*([*+])\s*(\d+)\s*", code)
+    if match is None:
+        return None
+    a, op, b = int(match[1]), match[2], int(match[3])
+    return a * b if op == "*" else a + b
+
+
 def _code_train_tasks(seed: int) -> list:
     return generate_code_tasks("train", seed=seed)
 
@@ -171,12 +212,15 @@ class WarmStartRecipe:
     Attributes:
         version: Name of its cache directory (bump it when the recipe changes).
         train_problems: seed -> training problems (with chat `messages`).
-        answer: (problem, style) -> the response text imitated.
+        answer: (problem, style) -> the response text imitated; for an episode of several turns, the
+            list of its model turns with the tool output after each one between them.
         styles: (weight, style) pairs: how often each way of answering is imitated.
         sft_steps, batch_size: Length of the warm start: how far from right the RL starts.
         test_problems: () -> the held-out problems the build record's accuracy is measured on.
         correct: (problem, response) -> whether the response is right (`scored_by` says how).
         max_new_tokens: Response limit of that measurement (the task's tuned example's).
+        chat_template: The tokenizer's chat template.
+        tools: The schemas of the tools its prompts show (rendered as the env runner renders them).
     """
 
     version: str
@@ -189,6 +233,8 @@ class WarmStartRecipe:
     max_new_tokens: int
     sft_steps: int = 800
     batch_size: int = 64
+    chat_template: str = CHAT_TEMPLATE
+    tools: tuple = ()  # tool schemas shown in the prompt (`dapo_rllib.tools.Tool.schema`)
 
 
 # v2: built with pinned kernels and a fixed thread count (a v1 build depended on the CPU it ran on).
@@ -229,7 +275,27 @@ RECIPES: dict[str, WarmStartRecipe] = {
         sft_steps=800,
         batch_size=32,
     ),
+    "tool_arithmetic": WarmStartRecipe(
+        "tiny-qwen2-tool-arith-v1",
+        lambda seed: generate_tool_arithmetic_problems("train", seed=seed),
+        tool_answer,
+        TOOL_ANSWER_STYLES,
+        lambda: generate_tool_arithmetic_problems("test"),
+        _first_turn_right,
+        "the first turn: a python call computing the answer, or the answer (math_dapo)",
+        max_new_tokens=48,
+        # Shorter than the others': its conversations are four times as long (the system turn with the
+        # tool, the call, its output and the answer).
+        sft_steps=500,
+        batch_size=32,
+        chat_template=TOOL_CHAT_TEMPLATE,
+        tools=(PYTHON_TOOL_SCHEMA,),
+    ),
 }
+
+
+def _answer_text(answer: str | list[str]) -> str:
+    return answer if isinstance(answer, str) else "\n".join(answer)
 
 
 def _recipe(task: str) -> WarmStartRecipe:
@@ -258,7 +324,7 @@ def default_tiny_model_path(task: str = "arithmetic", seed: int | None = None) -
     return default_cache_dir() / (_recipe(task).version + (f"-seed{seed}" if seed else ""))
 
 
-def build_tokenizer(corpus: list[str]):
+def build_tokenizer(corpus: list[str], chat_template: str = CHAT_TEMPLATE):
     """Train a byte-level BPE tokenizer on `corpus` and wrap it for transformers and vLLM."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -283,7 +349,7 @@ def build_tokenizer(corpus: list[str]):
         eos_token=IM_END,
         pad_token=PAD,
         bos_token=None,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
         model_max_length=1024,
     )
 
@@ -291,7 +357,7 @@ def build_tokenizer(corpus: list[str]):
 def _sft_examples(
     recipe: WarmStartRecipe, tokenizer, num_examples: int, seed: int
 ) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, response ids + eos) pairs of training-split problems."""
+    """(token ids, loss mask) of conversations on training-split problems (`conversation_ids`)."""
     rng = np.random.default_rng(seed)
     problems = recipe.train_problems(seed)
     weights = np.array([w for w, _ in recipe.styles])
@@ -299,22 +365,40 @@ def _sft_examples(
     for i in range(num_examples):
         problem = problems[i % len(problems)]
         style = recipe.styles[rng.choice(len(recipe.styles), p=weights / weights.sum())][1]
-        response = recipe.answer(problem, style)
-        response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        examples.append((render_prompt_ids(tokenizer, problem.messages), response_ids))
+        examples.append(conversation_ids(recipe, tokenizer, problem, style))
     return examples
 
 
+def conversation_ids(recipe: WarmStartRecipe, tokenizer, problem, style: str) -> tuple[list[int], list[int]]:
+    """(token ids, loss mask) of the prompt and the imitated answer in `style`, as the env runner renders an
+    episode: the prompt (mask 0), each model turn's ids and end-of-turn token (mask 1), and between them
+    the tool's output rendered by the chat template (mask 0)."""
+    from dapo_rllib.chat_turns import TurnRenderer
+
+    renderer = TurnRenderer(tokenizer, recipe.tools, max_tool_response_tokens=tokenizer.model_max_length)
+    answer = recipe.answer(problem, style)
+    turns = [answer] if isinstance(answer, str) else list(answer)
+    ids = renderer.prompt_ids(problem.messages)
+    mask = [0] * len(ids)
+    for k, text in enumerate(turns):
+        if k % 2 == 0:
+            piece = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        else:
+            piece = renderer.turn_ids([{"role": "tool", "content": text}])
+        ids += piece
+        mask += [1 - k % 2] * len(piece)
+    return ids, mask
+
+
 def _collate(examples, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-pad to the longest example; labels are -100 except on response tokens."""
-    width = max(len(p) + len(r) for p, r in examples)
+    """Right-pad to the longest example; labels are -100 except where the loss mask is 1."""
+    width = max(len(seq) for seq, _ in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     labels = torch.full_like(ids, -100)
     attn = torch.zeros_like(ids)
-    for row, (p, r) in enumerate(examples):
-        seq = p + r
+    for row, (seq, mask) in enumerate(examples):
         ids[row, : len(seq)] = torch.tensor(seq)
-        labels[row, len(p) : len(seq)] = torch.tensor(r)
+        labels[row, : len(seq)] = torch.where(torch.tensor(mask) == 1, torch.tensor(seq), -100)
         attn[row, : len(seq)] = 1
     return ids, labels, attn
 
@@ -443,10 +527,10 @@ def _build(output_dir: str, *, task: str, sft_steps: int | None, batch_size: int
     sft_steps, batch_size = sft_steps or recipe.sft_steps, batch_size or recipe.batch_size
     torch.manual_seed(seed)
     corpus = [
-        p.messages[-1]["content"] + "\n" + recipe.answer(p, recipe.styles[i % len(recipe.styles)][1])
+        p.messages[-1]["content"] + "\n" + _answer_text(recipe.answer(p, recipe.styles[i % len(recipe.styles)][1]))
         for i, p in enumerate(recipe.train_problems(seed))
     ]
-    tokenizer = build_tokenizer(corpus)
+    tokenizer = build_tokenizer(corpus, recipe.chat_template)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=128,
@@ -509,6 +593,8 @@ def held_out_accuracy(model, tokenizer, task: str, *, samples: int = HELD_OUT_SA
     whose samples are neither all right nor all wrong (what dynamic sampling keeps)."""
     from transformers import GenerationConfig
 
+    from dapo_rllib.chat_turns import TurnRenderer
+
     recipe = _recipe(task)
     problems = recipe.test_problems()
     generation = GenerationConfig(
@@ -527,7 +613,7 @@ def held_out_accuracy(model, tokenizer, task: str, *, samples: int = HELD_OUT_SA
     right = []
     for first in range(0, len(problems), 64):
         chunk = problems[first : first + 64]
-        prompts = [render_prompt_ids(tokenizer, p.messages) for p in chunk]
+        prompts = [TurnRenderer(tokenizer, recipe.tools).prompt_ids(p.messages) for p in chunk]
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
         attn = torch.zeros_like(ids)

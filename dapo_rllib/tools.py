@@ -32,6 +32,7 @@ from dapo_rllib.sandbox import Sandbox
 
 __all__ = [
     "HermesToolParser",
+    "PYTHON_TOOL_SCHEMA",
     "TOOL_CALL_PARSERS",
     "Tool",
     "ToolCall",
@@ -85,10 +86,12 @@ class Tool:
     @property
     def schema(self) -> dict[str, Any]:
         """The tool as chat templates take it (``{"type": "function", "function": {...}}``)."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": dict(self.parameters)},
-        }
+        return function_schema(self.name, self.description, self.parameters)
+
+
+def function_schema(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool's schema as chat templates take it."""
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": dict(parameters)}}
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,10 @@ PYTHON_PARAMETERS: dict[str, Any] = {
 }
 
 
+#: The python tool's schema: what prompts show of it (for rendering them without a sandbox).
+PYTHON_TOOL_SCHEMA = function_schema("python", PYTHON_TOOL_DESCRIPTION, PYTHON_PARAMETERS)
+
+
 def python_tool(sandbox: Sandbox) -> Tool:
     """The ``python`` tool: runs the code in ``sandbox`` (its limits) and returns stdout and stderr.
 
@@ -267,7 +274,8 @@ def python_tool(sandbox: Sandbox) -> Tool:
             output = f"exit status {result.exit_code}"
         return ToolResult(output)
 
-    return Tool("python", PYTHON_TOOL_DESCRIPTION, PYTHON_PARAMETERS, run_python)
+    schema = PYTHON_TOOL_SCHEMA["function"]
+    return Tool(schema["name"], schema["description"], schema["parameters"], run_python)
 
 
 def _print_last_expression(code: str) -> str:

@@ -139,12 +139,13 @@ class TrialOutcome:
 
     @property
     def eval_before(self) -> dict[str, float]:
-        """{"<data source>/avg@n": value} of the validation before training."""
+        """{"<data source>/avg@n": value} of the validation before training (and "<data source>/tool_use" and
+        "<data source>/first_answer_acc" where the episodes have turns)."""
         return self._validation(EVAL_BEFORE_TRAINING)
 
     @property
     def eval_after(self) -> dict[str, float]:
-        """{"<data source>/avg@n": value} of the last validation."""
+        """{"<data source>/avg@n": value} of the last validation (and tool_use, first_answer_acc)."""
         return self._validation(EVALUATION_RESULTS)
 
     def _validation(self, section: str) -> dict[str, float]:
@@ -152,7 +153,11 @@ class TrialOutcome:
         return {
             k.removeprefix(prefix): v
             for k, v in self.last.items()
-            if k.startswith(prefix) and k.rsplit("/", 1)[-1].startswith(Metrics.AVG_AT)
+            if k.startswith(prefix)
+            and (
+                k.rsplit("/", 1)[-1].startswith(Metrics.AVG_AT)
+                or k.rsplit("/", 1)[-1] in (Metrics.TOOL_USE, Metrics.FIRST_ANSWER_ACC)
+            )
         }
 
 

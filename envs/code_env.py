@@ -25,15 +25,15 @@ from dapo_rllib.sandbox import Sandbox, SandboxLimits
 #: Value of the "dataset" config key that selects the built-in generator.
 GENERATED_DATASET = "generated"
 
-#: Config keys and their defaults.
-DEFAULT_CONFIG: dict[str, Any] = {
-    "dataset": GENERATED_DATASET,
-    **PROBLEM_CONFIG,
-    "reward": "binary",
+#: Config keys of an environment that runs programs in the sandbox, and their defaults.
+SANDBOX_CONFIG: dict[str, Any] = {
     "timeout_s": SandboxLimits.timeout_s,
     "memory_mb": SandboxLimits.memory_mb,
     "max_workers": None,
 }
+
+#: Config keys and their defaults.
+DEFAULT_CONFIG: dict[str, Any] = {"dataset": GENERATED_DATASET, **PROBLEM_CONFIG, "reward": "binary", **SANDBOX_CONFIG}
 
 
 class CodeEnv(ProblemEnv[CodeTask]):
@@ -72,7 +72,7 @@ class CodeEnv(ProblemEnv[CodeTask]):
             raise ValueError(f"CodeEnv 'reward' must be one of {REWARD_MODES}, got {settings['reward']!r}")
         self._reward = settings["reward"]
         # Built before the tasks are loaded, so that bad limits fail fast.
-        self._sandbox = shared_sandbox(_sandbox_limits(settings), _checked_max_workers(settings["max_workers"]))
+        self._sandbox = sandbox_from_settings(settings, "CodeEnv")
         super().__init__(settings)
 
     @property
@@ -95,21 +95,19 @@ def shared_sandbox(limits: SandboxLimits, max_workers: int | None) -> Sandbox:
     return sandbox
 
 
-def _sandbox_limits(settings: Mapping[str, Any]) -> SandboxLimits:
-    timeout_s, memory_mb = settings["timeout_s"], settings["memory_mb"]
+def sandbox_from_settings(settings: Mapping[str, Any], env_name: str) -> Sandbox:
+    """The shared sandbox of an environment's :data:`SANDBOX_CONFIG` keys, checked (errors name ``env_name``)."""
+    timeout_s, memory_mb, max_workers = settings["timeout_s"], settings["memory_mb"], settings["max_workers"]
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < timeout_s < math.inf:
-        raise ValueError(f"CodeEnv 'timeout_s' must be a finite number of seconds > 0, got {timeout_s!r}")
+        raise ValueError(f"{env_name} 'timeout_s' must be a finite number of seconds > 0, got {timeout_s!r}")
     if isinstance(memory_mb, bool) or not isinstance(memory_mb, numbers.Integral) or memory_mb <= 0:
-        raise ValueError(f"CodeEnv 'memory_mb' must be a positive whole number of MiB, got {memory_mb!r}")
-    # The CPU-time limit follows the wall-clock one, so that timeout_s is the one time knob.
-    return SandboxLimits(timeout_s=float(timeout_s), cpu_s=math.ceil(timeout_s), memory_mb=int(memory_mb))
-
-
-def _checked_max_workers(max_workers: Any) -> int | None:
-    if max_workers is None:
-        return None
-    if isinstance(max_workers, bool) or not isinstance(max_workers, numbers.Integral) or max_workers <= 0:
+        raise ValueError(f"{env_name} 'memory_mb' must be a positive whole number of MiB, got {memory_mb!r}")
+    if max_workers is not None and (
+        isinstance(max_workers, bool) or not isinstance(max_workers, numbers.Integral) or max_workers <= 0
+    ):
         raise ValueError(
-            f"CodeEnv 'max_workers' must be a positive int or None (the sandbox's default), got {max_workers!r}"
+            f"{env_name} 'max_workers' must be a positive int or None (the sandbox's default), got {max_workers!r}"
         )
-    return int(max_workers)
+    # The CPU-time limit follows the wall-clock one, so that timeout_s is the one time knob.
+    limits = SandboxLimits(timeout_s=float(timeout_s), cpu_s=math.ceil(timeout_s), memory_mb=int(memory_mb))
+    return shared_sandbox(limits, None if max_workers is None else int(max_workers))

@@ -51,12 +51,20 @@ def tiny_code_model_path(request):
     return _tiny_model(request, ensure_tiny_model(task="code"))
 
 
+@pytest.fixture(scope="session")
+def tiny_tool_model_path(request):
+    """The tiny model warm-started to call the python tool on products (built on first use, cached)."""
+    from dapo_rllib.tiny_model import ensure_tiny_model
+
+    return _tiny_model(request, ensure_tiny_model(task="tool_arithmetic"))
+
+
 def pytest_report_header(config):
     """The default tiny models in the cache (shown without -q)."""
     from dapo_rllib.tiny_model import default_tiny_model_path, describe_build
 
     lines = []
-    for task in ("arithmetic", "code"):
+    for task in ("arithmetic", "code", "tool_arithmetic"):
         path = default_tiny_model_path(task)
         described = describe_build(path) if path.exists() else f"{path} (built on first use)"
         lines.append(f"tiny {task} model: {described}")

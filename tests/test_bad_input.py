@@ -267,7 +267,7 @@ ENV_CONFIGS = [
         ValueError,
         [
             r"no default scorer for data_source 'gsm8k'",
-            r"data sources with a default: \['arithmetic', 'math_dapo', 'scratchpad_sums'\]",
+            r"data sources with a default: \['arithmetic', 'math_dapo', 'scratchpad_sums', 'tool_arithmetic'\]",
         ],
     ),
     ("unknown scorer", {"scorer": "no_such_scorer"}, ValueError, [r"no_such_scorer"]),
@@ -418,6 +418,63 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
         f"1 of 2 prompts were longer than max_prompt_length={limit} tokens and were left-truncated"
         in capsys.readouterr().out
     )
+
+
+# --- multi-turn environments: what a step may return ----------------------------------------
+
+
+class _ScriptedStep:
+    """An environment whose step returns what the test gives it (the env runner checks every step)."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def step(self, message):
+        return self.result
+
+
+STEP_RESULTS = [
+    ("not a 5-tuple", ([], 1.0, True), TypeError, r"_ScriptedStep.step\(\) must return \(messages, reward, terminated"),
+    (
+        "a message without content",
+        ([{"role": "user"}], 0.0, False, False, {}),
+        TypeError,
+        r"returned messages \[\{'role': 'user'\}\]; expected a list of \{'role': str, 'content': str\} dicts",
+    ),
+    (
+        "messages not a list",
+        ("Higher.", 0.0, False, False, {}),
+        TypeError,
+        r"returned messages 'Higher.'; expected a list",
+    ),
+    (
+        "no messages and the episode goes on",
+        ([], 0.0, False, False, {}),
+        ValueError,
+        r"returned no messages and did not end the episode: the model cannot take another turn",
+    ),
+    ("a reward that is no number", ([], "1", True, False, {}), TypeError, r"returned reward '1'; expected a number"),
+    ("an info that is no dict", ([], 1.0, True, False, None), TypeError, r"returned info None; expected a dict"),
+]
+
+
+@pytest.mark.parametrize(
+    ("result", "error", "pattern"), [row[1:] for row in STEP_RESULTS], ids=[row[0] for row in STEP_RESULTS]
+)
+def test_a_malformed_environment_step_is_a_clear_error(result, error, pattern):
+    from dapo_rllib.rollout import _checked_step
+
+    with pytest.raises(error, match=pattern):
+        _checked_step(_ScriptedStep(result), "Answer: 5")
+
+
+def test_an_episode_that_ends_without_a_verdict_is_a_clear_error():
+    from dapo_rllib.rollout import _final_info
+
+    with pytest.raises(
+        TypeError, match=r"_ScriptedStep ended an episode with info \{'tool_calls': 1\}; expected a mapping"
+    ):
+        _final_info(_ScriptedStep(None), {"tool_calls": 1})
 
 
 # --- models and checkpoints -----------------------------------------------------------------

@@ -110,6 +110,8 @@ def test_eval_record_from_infos():
         length=(4, 9),
         truncated=(False, True),
         prompt_truncated=True,
+        turns=(1, 3),
+        tool_calls=(0, 2),
     )
     assert record == EvalRecord(
         data_source="aime",
@@ -121,6 +123,8 @@ def test_eval_record_from_infos():
         problem_index=3,
         ground_truth="7",
         prompt_truncated=True,
+        turns=[1, 3],
+        tool_calls=[0, 2],
     )
     assert isinstance(record, ProblemSamples) and record.n == 2
 

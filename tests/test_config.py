@@ -66,6 +66,9 @@ def test_training_sets_dapo_and_rllib_settings(model_dir):
         ({"policy_loss": "ppo"}, "policy_loss='ppo': unknown policy_loss 'ppo'; valid policy losses: ppo_clip"),
         ({"adv_estimator": "no_such_module:f"}, "adv_estimator='no_such_module:f': No module named 'no_such_module'"),
         ({"max_num_gen_batches": 0}, "max_num_gen_batches=0"),
+        ({"max_turns": 0}, "max_turns=0 must be a positive integer"),
+        ({"max_tool_response_tokens": 0}, "max_tool_response_tokens=0 must be a positive integer"),
+        ({"tool_call_format": "json"}, "tool_call_format='json': tool_call_format must be one of [[]'hermes'[]]"),
         (
             {"max_tokens_per_micro_batch": 1000},
             "max_tokens_per_micro_batch=1000 must hold the longest possible sequence: at least max_prompt_length [+] max_response_length = 22528",

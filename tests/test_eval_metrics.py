@@ -1,5 +1,6 @@
 """avg@k, pass@k and maj@k on small inputs whose answers can be worked out by hand."""
 
+import dataclasses
 import itertools
 
 import pytest
@@ -103,6 +104,27 @@ def test_summarize_per_data_source():
             "num_samples": 2,
         }
     )
+
+
+def test_summarize_reports_turns_and_tool_use_where_the_records_have_them():
+    with_tools = [
+        ProblemSamples(
+            "tools", [True, False], ["1", "2"], [5, 9], [False] * 2, [False] * 2, turns=[3, 1], tool_calls=[2, 0]
+        ),
+        ProblemSamples(
+            "tools", [True, True], ["1", "1"], [5, 5], [False] * 2, [False] * 2, turns=[2, 2], tool_calls=[1, 1]
+        ),
+    ]
+    metrics = summarize(with_tools)["tools"]
+    assert metrics["turns_mean"] == pytest.approx((3 + 1 + 2 + 2) / 4)
+    assert metrics["tool_use"] == pytest.approx(3 / 4)  # three of the four samples called a tool
+    assert "first_answer_acc" not in metrics
+    assert "turns_mean" not in summarize([samples([True])])["math_dapo"]
+    retried = ProblemSamples("repair", [True, True], ["P", "P"], [9, 9], [False] * 2, [False] * 2, turns=[1, 2])
+    retried = dataclasses.replace(retried, tool_calls=[0, 0], first_acc=[True, False])
+    repair = summarize([retried])["repair"]
+    # Both right in the end (avg@2 1.0); the second was wrong at first: first answers 1 of 2 right.
+    assert (repair["avg@2"], repair["first_answer_acc"]) == (1.0, 0.5)
 
 
 def test_summarize_refuses_mixed_sample_counts():

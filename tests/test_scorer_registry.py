@@ -53,7 +53,8 @@ def test_scorer_for_choices():
 
 def test_scorer_for_unknown_source_says_how_to_choose():
     with pytest.raises(
-        ValueError, match=r"'code_contests'.*\['arithmetic', 'math_dapo', 'scratchpad_sums'\].*'scorer'"
+        ValueError,
+        match=r"'code_contests'.*\['arithmetic', 'math_dapo', 'scratchpad_sums', 'tool_arithmetic'\].*'scorer'",
     ):
         scorer_for("code_contests", None)
     with pytest.raises(ValueError, match="'code_contests'"):

@@ -39,6 +39,7 @@ DEFAULT_SCORER_BY_SOURCE: Final[Mapping[str, str]] = {
     "math_dapo": "math_dapo",
     "arithmetic": "math_dapo",
     "scratchpad_sums": "math_dapo",
+    "tool_arithmetic": "math_dapo",
 }
 
 _IMPORT_PATH_FORM: Final = "'package.module:function'"

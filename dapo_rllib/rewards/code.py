@@ -44,20 +44,22 @@ import json
 import re
 import signal
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from dapo_rllib.contracts import ScoreResult
-from dapo_rllib.data.code_tasks import Call, CodeTask
+from dapo_rllib.data.code_tasks import Call, CodeTask, short_repr
 from dapo_rllib.sandbox import Sandbox, SandboxResult
 
 __all__ = [
     "FAILURES",
     "REWARD_MODES",
+    "CaseReport",
     "CodeScoreResult",
     "extract_code",
     "normalize_output",
     "score_code",
     "score_code_many",
+    "judge_code_many",
 ]
 
 #: Why a candidate failed (``None`` in the result when it passed every test).
@@ -73,6 +75,16 @@ class CodeScoreResult(ScoreResult):
     tests_passed: int
     tests_total: int
     failure: str | None
+
+
+class CaseReport(NamedTuple):
+    """How a candidate did on one test, in words a model can act on (the multi-turn code environment's
+    feedback). Candidate output in it is shortened, never evaluated."""
+
+    test: str  # the call ("add(1, 2)"), or for a stdio case its input
+    outcome: str  # "pass" or one of FAILURES
+    got: str  # what the candidate returned or printed, or what went wrong
+    expected: str
 
 
 # A fenced block: the info string's first word is the language.
@@ -136,13 +148,16 @@ except BaseException:
     answer({"failure": "runtime error"})
     os._exit(0)
 for index, (name, args, kwargs) in enumerate(request["calls"]):
+    if name not in namespace:
+        answer({"call": index, "error": "runtime error", "detail": "the program defines no %s" % name})
+        continue
     try:
         value = namespace[name](*args, **kwargs)
     except MemoryError:
         answer({"call": index, "error": "memory limit"})
         continue
-    except BaseException:
-        answer({"call": index, "error": "runtime error"})
+    except BaseException as error:
+        answer({"call": index, "error": "runtime error", "detail": ("%s: %s" % (type(error).__name__, error))[:200]})
         continue
     try:
         answer({"call": index, "value": plain(value)})
@@ -166,7 +181,15 @@ def score_code(completion: str, task: CodeTask, sandbox: Sandbox, *, reward: str
 def score_code_many(
     completions_and_tasks: Iterable[tuple[str, CodeTask]], sandbox: Sandbox, *, reward: str = "binary"
 ) -> list[CodeScoreResult]:
-    """Score each ``(completion, task)`` by running its code in ``sandbox`` and judging the answers here.
+    """Score each ``(completion, task)``: :func:`judge_code_many`'s results without the reports."""
+    return [result for result, _ in judge_code_many(completions_and_tasks, sandbox, reward=reward)]
+
+
+def judge_code_many(
+    completions_and_tasks: Iterable[tuple[str, CodeTask]], sandbox: Sandbox, *, reward: str = "binary"
+) -> list[tuple[CodeScoreResult, list[CaseReport]]]:
+    """Score each ``(completion, task)`` by running its code in ``sandbox`` and judging the answers here;
+    with each score, a :class:`CaseReport` per test.
 
     All runs of all candidates go to the sandbox's pool in one batch. Each result holds:
 
@@ -191,16 +214,21 @@ def score_code_many(
         failure = "no code" if code is None else None if _compiles(code) else "syntax error"
         pending.append((task, code, [] if failure else _runs(code, task), failure))
     results = iter(sandbox.run_many([run for _, _, runs, _ in pending for run in runs]))
-    scores = []
+    judged = []
     for task, code, runs, failure in pending:
         if failure:
-            outcomes, met_tests, timed_out = [failure] * task.num_tests, False, False
+            reports, met_tests, timed_out = (
+                [_report(task, i, failure, failure) for i in range(task.num_tests)],
+                False,
+                False,
+            )
         else:
             run_results = [next(results) for _ in runs]
-            outcomes, met_tests = _judged(task, run_results)
+            reports, met_tests = _judged(task, run_results)
             timed_out = any(_ran_out_of_time(result) for result in run_results)
-        scores.append(_result(task, reward, outcomes, met_tests, timed_out))
-    return scores
+        outcomes = [report.outcome for report in reports]
+        judged.append((_result(task, reward, outcomes, met_tests, timed_out), reports))
+    return judged
 
 
 def _compiles(code: str) -> bool:
@@ -220,21 +248,59 @@ def _runs(code: str, task: CodeTask) -> list[tuple[str, bytes]]:
     return [(_CALL_RUNNER, json.dumps({"code": code, "calls": calls}).encode())]
 
 
-def _judged(task: CodeTask, results: Sequence[SandboxResult]) -> tuple[list[str], bool]:
-    """(one outcome per test: "pass" or a FAILURES word, whether the candidate met its tests)."""
+def _judged(task: CodeTask, results: Sequence[SandboxResult]) -> tuple[list[CaseReport], bool]:
+    """(a report per test, whether the candidate met its tests)."""
     if task.kind == "stdio":
-        return [_stdio_outcome(result, case.output) for result, case in zip(results, task.tests)], True
+        reports = [
+            _report(task, i, _stdio_outcome(result, case.output), _shown(result.stdout) or _run_failure(result))
+            for i, (result, case) in enumerate(zip(results, task.tests))
+        ]
+        return reports, True
     (result,) = results
     calls = [call for test in task.calls for call in test]
     answers, failure = _call_answers(result.report, len(calls))
     if failure is not None:
-        return [failure] * task.num_tests, True
+        return [
+            _report(task, i, failure, f"the program failed before any call ({failure})") for i in range(task.num_tests)
+        ], True
     unanswered = _run_failure(result)
-    outcomes = iter([_call_outcome(call, answers.get(index), unanswered) for index, call in enumerate(calls)])
+    judged = iter([(_call_outcome(call, answers.get(i), unanswered), answers.get(i)) for i, call in enumerate(calls)])
+    reports = []
     # A test passes when all its calls do; it fails as its first failed call.
-    per_test = [[next(outcomes) for _ in test] for test in task.calls]
-    tests = [next((outcome for outcome in test if outcome != "pass"), "pass") for test in per_test]
-    return tests, bool(answers)
+    for i, test in enumerate(task.calls):
+        outcomes = [next(judged) for _ in test]
+        failed = next(((call, o, a) for call, (o, a) in zip(test, outcomes) if o != "pass"), None)
+        call, outcome, answer = failed or (test[0], "pass", outcomes[0][1])
+        reports.append(CaseReport(_call_text(call), outcome, _got(answer, unanswered), short_repr(call.expected)))
+    return reports, bool(answers)
+
+
+def _report(task: CodeTask, i: int, outcome: str, got: str) -> CaseReport:
+    """The report of test ``i`` from the task's side alone (what it runs and expects)."""
+    if task.kind == "stdio":
+        case = task.tests[i]
+        return CaseReport(_shown(case.input.encode()), outcome, got, _shown(case.output.encode()))
+    call = task.calls[i][0]
+    return CaseReport(_call_text(call), outcome, got, short_repr(call.expected))
+
+
+def _call_text(call: Call) -> str:
+    arguments = [short_repr(a) for a in call.args] + [f"{k}={short_repr(v)}" for k, v in call.kwargs.items()]
+    return f"{call.fn_name}({', '.join(arguments)})"
+
+
+def _got(answer: dict | None, unanswered: str) -> str:
+    if answer is None:
+        return f"no answer ({unanswered})"
+    if "error" in answer:
+        detail = answer.get("detail")
+        return f"{answer['error']}: {detail}" if isinstance(detail, str) else answer["error"]
+    return short_repr(answer["value"])
+
+
+def _shown(data: bytes, limit: int = 200) -> str:
+    text = data.decode("utf-8", errors="replace")
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _call_answers(report: bytes, num_calls: int) -> tuple[dict[int, dict], str | None]:

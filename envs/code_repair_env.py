@@ -1,0 +1,92 @@
+"""Code repair with feedback: the model writes a program, sees which public tests it failed, and tries again.
+
+Each task's first ``public_tests`` tests are public: after an attempt that fails one of them, the
+environment answers with the failures (the call, what the program returned or what went wrong, what was
+expected) and the model writes the whole program again, up to ``max_turns`` attempts. The reward is on the
+hidden tests (the task's other tests; all of them for a task with no more than ``public_tests``): an attempt
+that passes the public tests ends the episode with its hidden-test reward, and so does the last attempt
+when the env runner stops the episode. The programs run in the bubblewrap sandbox, as in
+:class:`envs.code_env.CodeEnv`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dapo_rllib.contracts import ScoreInfo
+from dapo_rllib.data.code_tasks import CodeTask, FunctionTests
+from dapo_rllib.rewards.code import CaseReport, CodeScoreResult, judge_code_many, score_code_many
+from envs.code_env import DEFAULT_CONFIG as CODE_CONFIG
+from envs.code_env import CodeEnv
+
+#: Config keys and their defaults: CodeEnv's, and how many of a task's tests are public.
+DEFAULT_CONFIG: dict[str, Any] = {**CODE_CONFIG, "public_tests": 2}
+#: Failed public tests shown after an attempt (the first ones).
+MAX_FAILURES_SHOWN = 3
+
+
+class CodeRepairEnv(CodeEnv):
+    """Code tasks over several attempts, with the failed public tests shown after each.
+
+    Config keys: :class:`CodeEnv`'s, and ``public_tests`` (default 2), how many of a task's tests (its
+    first ones) are public.
+    """
+
+    DEFAULT_CONFIG = DEFAULT_CONFIG
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        settings = self._settings(config)
+        public = settings["public_tests"]
+        if isinstance(public, bool) or not isinstance(public, numbers.Integral) or public < 1:
+            raise ValueError(f"CodeRepairEnv 'public_tests' must be a positive int, got {public!r}")
+        self._num_public = int(public)
+        super().__init__(settings)
+
+    def _score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[CodeScoreResult]:
+        """Rated on the hidden tests."""
+        hidden = [self._tests(problem, public=False) for problem in problems]
+        return score_code_many(zip(completions, hidden), self._sandbox, reward=self._reward)
+
+    def _feedback(self, problem: CodeTask, answer: str, info: ScoreInfo) -> list[dict] | None:
+        """The failed public tests, or None (the episode ends) when the attempt passes them all."""
+        ((result, reports),) = judge_code_many([(answer, self._tests(problem, public=True))], self._sandbox)
+        if result["acc"]:
+            return None
+        return [{"role": "user", "content": feedback_text(result["failure"], reports)}]
+
+    def _tests(self, task: CodeTask, *, public: bool) -> CodeTask:
+        """The task with only its public tests, or only its hidden ones (all, when it has no more than the
+        public count)."""
+        k = self._num_public
+        if task.num_tests <= k:
+            return task
+        if task.kind == "function":
+            inputs, outputs = task.tests.inputs, task.tests.outputs
+            part = slice(None, k) if public else slice(k, None)
+            return dataclasses.replace(task, tests=FunctionTests(task.tests.fn_name, inputs[part], outputs[part]))
+        return dataclasses.replace(task, tests=task.tests[:k] if public else task.tests[k:])
+
+
+def feedback_text(failure: str | None, reports: Sequence[CaseReport]) -> str:
+    """What the model is told after an attempt that failed (``failure``, :data:`dapo_rllib.rewards.code.FAILURES`)."""
+    if failure == "no code":
+        return "Your answer has no Python code. Answer with a single ```python code block."
+    if failure == "syntax error":
+        return "Your program has a syntax error. Fix it and answer with the whole program again."
+    failed = [report for report in reports if report.outcome != "pass"]
+    lines = [
+        f"{r.test} returned {r.got}, expected {r.expected}"
+        if r.outcome == "wrong answer"
+        else f"{r.test}: {r.got} (expected {r.expected})"
+        for r in failed[:MAX_FAILURES_SHOWN]
+    ]
+    more = f"\n(and {len(failed) - MAX_FAILURES_SHOWN} more)" if len(failed) > MAX_FAILURES_SHOWN else ""
+    return (
+        "Your program failed these tests:\n"
+        + "\n".join(lines)
+        + more
+        + "\nFix it and answer with the whole program again."
+    )

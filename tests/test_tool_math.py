@@ -1,0 +1,69 @@
+"""Tool-integrated arithmetic: the built-in products, the environment with the python tool, and the tiny
+tool model's warm start (its conversations are rendered as the env runner renders an episode)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dapo_rllib.data.tool_arithmetic import generate_tool_arithmetic_problems, parse_product_question
+from dapo_rllib.tiny_model import RECIPES, conversation_ids, python_call, tool_answer
+from dapo_rllib.tools import HermesToolParser
+from envs.tool_math_env import ToolMathEnv
+
+
+def test_the_products_are_split_and_the_same_on_every_call():
+    train = generate_tool_arithmetic_problems("train", 50)
+    assert train == generate_tool_arithmetic_problems("train", 50)
+    test = {p.prompt_text for p in generate_tool_arithmetic_problems("test")}
+    assert len(test) == 200 and not test & {p.prompt_text for p in generate_tool_arithmetic_problems("train")}
+    for problem in train:
+        a, b = parse_product_question(problem.prompt_text)
+        assert 100 <= a <= 999 and 10 <= b <= 99 and problem.ground_truth == str(a * b)
+    with pytest.raises(ValueError, match="unknown tool_arithmetic split 'dev'"):
+        generate_tool_arithmetic_problems("dev")
+
+
+def test_the_env_offers_python_and_scores_the_answer_after_the_call():
+    env = ToolMathEnv({"num_problems": 4})
+    messages, info = env.reset(options={"problem_index": 2})
+    problem = env.problem(2)
+    a, b = parse_product_question(messages[0]["content"])
+    assert [tool["function"]["name"] for tool in info["tools"]] == ["python"]
+    call = python_call(f"{a} * {b}")
+    reply, reward, terminated, _, step_info = env.step(
+        {"role": "assistant", "content": call, "tool_calls": HermesToolParser().parse(call)}
+    )
+    assert reply == [{"role": "tool", "name": "python", "content": f"{a * b}\n"}]
+    assert (reward, terminated, step_info["tool_calls"]) == (0.0, False, 1)
+    _, reward, terminated, _, step_info = env.step(f"Answer: {problem.ground_truth}")
+    assert (reward, terminated, step_info["acc"], step_info["scorer"]) == (1.0, True, True, "math_dapo")
+
+
+def test_the_env_checks_its_sandbox_settings():
+    with pytest.raises(ValueError, match="ToolMathEnv 'timeout_s' must be a finite number of seconds > 0, got 0"):
+        ToolMathEnv({"timeout_s": 0})
+
+
+def test_the_warm_start_imitates_three_ways_of_answering():
+    (problem,) = generate_tool_arithmetic_problems("train", 1)
+    a, b = parse_product_question(problem.prompt_text)
+    assert tool_answer(problem, "tool") == [python_call(f"{a} * {b}"), f"{a * b}\n", f"Answer: {a * b}"]
+    assert tool_answer(problem, "wrong expression") == [python_call(f"{a} + {b}"), f"{a + b}\n", f"Answer: {a + b}"]
+    assert tool_answer(problem, "no tool") == [f"Answer: {a * b}"]
+    recipe = RECIPES["tool_arithmetic"]
+    assert recipe.correct(problem, python_call(f"{a} * {b}")) and not recipe.correct(problem, python_call(f"{a} + {b}"))
+
+
+def test_a_warm_start_conversation_trains_on_the_models_turns_only(tiny_tool_model_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tool_model_path)
+    (problem,) = generate_tool_arithmetic_problems("train", 1)
+    ids, mask = conversation_ids(RECIPES["tool_arithmetic"], tokenizer, problem, "tool")
+    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    call, output, answer = tool_answer(problem, "tool")
+    assert trained == f"{call}<|im_end|>{answer}<|im_end|>"
+    text = tokenizer.decode(ids)
+    assert f"<tool_response>\n{output}\n</tool_response>" in text and text.startswith(
+        "<|im_start|>system\nTools: python(code)."
+    )

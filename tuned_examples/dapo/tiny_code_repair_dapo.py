@@ -1,0 +1,29 @@
+"""DAPO over several attempts: the tiny code model sees which public tests its program failed and tries again.
+
+The `dapo_code_repair` environment is the code environment with feedback: after an attempt that fails
+one of a task's first two (public) tests it shows the failures (the call, what the program returned or
+what went wrong, what was expected) and the model writes the whole program again, up to 3 attempts; the
+reward is on the task's other (hidden) tests. The tiny code model is tiny_code_dapo.py's. Validation
+reports the pass rate of the last attempt (avg@4) and of the first (first_answer_acc); the run ends
+with both, before -> after.
+
+    python tuned_examples/dapo/tiny_code_repair_dapo.py --no-tune
+    rllib train file tuned_examples/dapo/tiny_code_repair_dapo.py --no-tune --stop '{"training_iteration": 5}'
+
+The config is tiny_code_dapo.py's with the environment switched and an episode's budget for three
+attempts and the feedback between them (max_response_length counts the feedback's tokens too).
+"""
+
+from pathlib import Path
+
+from dapo_rllib.train import load_config_file, run_example
+
+code_config, stop, _ = load_config_file(Path(__file__).with_name("tiny_code_dapo.py"))
+config = (
+    code_config.copy(copy_frozen=False)
+    .environment("dapo_code_repair", env_config={"dataset": "generated", "split": "train", "public_tests": 2})
+    .training(max_turns=3, max_prompt_length=128, max_response_length=256, overlong_buffer_len=32)
+)
+
+if __name__ == "__main__":
+    run_example(config, stop)
