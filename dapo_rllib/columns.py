@@ -151,7 +151,7 @@ class Metrics:
     MAJ_AT = "maj@"  # maj@n: the majority answer of the n samples is correct
     NUM_PROBLEMS = "num_problems"
     NUM_SAMPLES = "num_samples"
-    # Where the records report turns (the env runner's do): TURNS_MEAN and these.
+    # Where some episode took several turns or called a tool: TURNS_MEAN and these.
     TOOL_USE = "tool_use"  # share of samples that called a tool
     FIRST_ANSWER_ACC = "first_answer_acc"  # accuracy of the first answer (avg@n is of the last, after feedback)
 

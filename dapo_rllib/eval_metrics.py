@@ -83,11 +83,14 @@ def _summarize_source(source: str, problems: list[ProblemSamples]) -> dict[str, 
         Metrics.NUM_PROBLEMS: len(problems),
         Metrics.NUM_SAMPLES: n * len(problems),
     }
-    if all(p.turns for p in problems):
-        metrics[Metrics.TURNS_MEAN] = float(np.mean([x for p in problems for x in p.turns]))
-        metrics[Metrics.TOOL_USE] = float(np.mean([x > 0 for p in problems for x in p.tool_calls]))
-    if all(p.first_acc for p in problems):
-        metrics[Metrics.FIRST_ANSWER_ACC] = float(np.mean([bool(x) for p in problems for x in p.first_acc]))
+    # Episodes of several turns, or with tools: how many turns, how often a tool, how good the first answer.
+    turns = [x for p in problems for x in p.turns]
+    tool_calls = [x for p in problems for x in p.tool_calls]
+    if max(turns, default=1) > 1 or any(tool_calls):
+        metrics[Metrics.TURNS_MEAN] = float(np.mean(turns))
+        metrics[Metrics.TOOL_USE] = float(np.mean([x > 0 for x in tool_calls]))
+        if all(p.first_acc for p in problems):
+            metrics[Metrics.FIRST_ANSWER_ACC] = float(np.mean([bool(x) for p in problems for x in p.first_acc]))
     return metrics
 
 

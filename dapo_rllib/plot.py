@@ -26,6 +26,13 @@ PANELS: dict[str, tuple[str, ...]] = {
         tag(Metrics.LEARNER, m) for m in (Metrics.PG_CLIPFRAC_LOW, Metrics.PG_CLIPFRAC_HIGH, Metrics.PG_CLIPFRAC_DUAL)
     ),
     "generation rounds per step": (tag(Metrics.ROLLOUT, Metrics.GENERATION_ROUNDS),),
+    "turns and tool calls per episode": (
+        tag(Metrics.ROLLOUT, Metrics.TURNS_MEAN),
+        tag(Metrics.ROLLOUT, Metrics.TOOL_CALLS),
+        tag(Metrics.ROLLOUT, f"{Metrics.TOOL_ERRORS}/*"),
+    ),
+    "episodes ended by": (tag(Metrics.ROLLOUT, f"{Metrics.ENDED_BY}/*"),),
+    "validation tool use": (tag(EVALUATION_RESULTS, f"*/{Metrics.TOOL_USE}"),),
 }
 PLOT_FILE = "dapo_curves.png"
 
@@ -74,7 +81,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             f"no TensorBoard event files with DAPO metrics under {str(run_dir)!r}; expected a run or Tune experiment directory of a DAPO run"
         )
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    fig, axes = plt.subplots(3, 3, figsize=(15, 12))
     for ax, (title, tags) in zip(axes.flat, PANELS.items()):
         for run_name, series in runs.items():
             for name in (t for pattern in tags for t in _matching(series, pattern)):

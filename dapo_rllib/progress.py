@@ -23,6 +23,9 @@ from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, readable_scalars
 _ACC, _KEPT, _GENERATED = (
     tag(Metrics.ROLLOUT, m) for m in (Metrics.ACC_MEAN, Metrics.GROUPS_KEPT, Metrics.GROUPS_GENERATED)
 )
+_TURNS, _TURNS_MAX, _TOOL_CALLS = (
+    tag(Metrics.ROLLOUT, m) for m in (Metrics.TURNS_MEAN, Metrics.TURNS_MAX, Metrics.TOOL_CALLS)
+)
 _DAPO_FIELDS = (
     (_ACC, "acc", "{:.3f}"),
     (tag(Metrics.ROLLOUT, Metrics.REWARD_MEAN), "reward", "{:+.3f}"),
@@ -49,12 +52,15 @@ def lookup(result: dict, path: str, default: Any = None) -> Any:
 
 
 def summary_line(result: dict) -> str:
-    """`iter 3 | acc 0.512 reward +0.024 ... | 2.1s`: DAPO's metrics, or the episode return."""
+    """`iter 3 | acc 0.512 reward +0.024 ... | 2.1s`: DAPO's metrics, or the episode return. Episodes of
+    several turns add `turns 2.31 tools 1.05` (per episode)."""
     scalars = readable_scalars(result)
     if _ACC in scalars:
         fields = [f"{label} {fmt.format(scalars[tag])}" for tag, label, fmt in _DAPO_FIELDS if tag in scalars]
         kept = f"groups {scalars.get(_KEPT, 0):.0f}/{scalars.get(_GENERATED, 0):.0f}"
         fields.insert(3, kept)
+        if scalars.get(_TURNS_MAX, 1) > 1:
+            fields[4:4] = [f"turns {scalars[_TURNS]:.2f}", f"tools {scalars.get(_TOOL_CALLS, 0):.2f}"]
     else:
         ret = lookup(result, f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}")
         fields = [f"return {ret:.2f}"] if ret is not None else []

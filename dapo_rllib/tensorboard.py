@@ -61,17 +61,21 @@ _RENAMES = {
 }
 
 
-def _numeric_leaves(section: Any) -> Iterator[tuple[str, float]]:
+def _numeric_leaves(section: Any, nested: bool = False) -> Iterator[tuple[str, float]]:
+    """(key, value) of the numbers in `section`; with `nested`, also of its dicts' numbers, as "key/inner"
+    (the rollout section's `ended_by/<reason>` and `tool_errors/<kind>`)."""
     if isinstance(section, dict):
         for key, value in section.items():
             # RLlib reports a metric that was not logged this iteration as NaN.
             if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value):
                 yield str(key), float(value)
+            elif nested and isinstance(value, dict):
+                yield from ((f"{key}/{inner}", v) for inner, v in _numeric_leaves(value, nested=True))
 
 
 def readable_scalars(result: dict) -> dict[str, float]:
     """The tags above, from one `Algorithm.train()` result."""
-    scalars = {tag(Metrics.ROLLOUT, k): v for k, v in _numeric_leaves(result.get(Metrics.ROLLOUT))}
+    scalars = {tag(Metrics.ROLLOUT, k): v for k, v in _numeric_leaves(result.get(Metrics.ROLLOUT), nested=True)}
     learners = result.get(LEARNER_RESULTS, {})
     # The step's timers: the algorithm's and the learner's (old log-probs).
     for section in (result, learners):

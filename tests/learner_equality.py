@@ -46,8 +46,9 @@ def build_learner(model_path: str, *, num_learners: int = 0, **training):
 
 
 def uneven_batch(model_path: str, num_groups: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
-    """Groups of GROUP_SIZE responses of uneven lengths after prompts of uneven lengths;
-    old log-probs off the current ones by noise, so ratios differ from 1 and some clip."""
+    """Groups of GROUP_SIZE responses of uneven lengths after prompts of uneven lengths, some with
+    environment tokens inside (out of the loss); old log-probs off the current ones by noise, so ratios
+    differ from 1 and some clip."""
     rng = np.random.default_rng(seed)
     n = num_groups * GROUP_SIZE
     prompt_lengths = rng.integers(2, MAX_PROMPT_LENGTH + 1, size=n)
@@ -63,6 +64,10 @@ def uneven_batch(model_path: str, num_groups: int = 4, seed: int = 0) -> dict[st
         Columns.LOSS_MASK: response_mask * (rng.random(n) > 0.15)[:, None],  # some overlong-filtered
         Columns.ADVANTAGES: advantages[:, None] * response_mask,
     }
+    # Some responses are multi-turn episodes: environment tokens (a tool's output) at positions 1-2, in the
+    # sequence but out of the loss.
+    for row in np.flatnonzero((response_lengths >= 4) & (rng.random(n) < 0.5)):
+        batch[Columns.LOSS_MASK][row, 1:3] = 0.0
     learner = build_learner(model_path)
     with torch.no_grad():
         logp = (

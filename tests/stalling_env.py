@@ -12,9 +12,10 @@ KILL_WAIT_S = 300
 
 
 class StallingMathEnv(MathEnv):
-    """The math env (a real one) that logs each problem it scores as `pid worker problem-index`
-    lines to `_log_dir/scored`, and on env runner `_victim`, the first time it scores, writes its
-    pid to `_log_dir/victim` and stalls until it is killed: the kill lands mid-sample."""
+    """The math env (a real one) that logs each answer it scores as a `pid worker problem-index`
+    line to `_log_dir/scored` (one per episode), and on env runner `_victim`, the first time it
+    scores, writes its pid to `_log_dir/victim` and stalls until it is killed: the kill lands
+    mid-sample."""
 
     def __init__(self, config):
         self._log_dir, self._victim = Path(config["_log_dir"]), config["_victim"]
@@ -23,7 +24,7 @@ class StallingMathEnv(MathEnv):
 
     def score_many(self, problems, completions):
         with open(self._log_dir / "scored", "a") as log:
-            log.writelines(f"{os.getpid()} {self._worker} {p.index}\n" for p in {id(p): p for p in problems}.values())
+            log.writelines(f"{os.getpid()} {self._worker} {p.index}\n" for p in problems)
         victim_file = self._log_dir / "victim"
         if self._worker == self._victim and not victim_file.exists():
             victim_file.write_text(str(os.getpid()))

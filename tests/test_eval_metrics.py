@@ -106,7 +106,7 @@ def test_summarize_per_data_source():
     )
 
 
-def test_summarize_reports_turns_and_tool_use_where_the_records_have_them():
+def test_summarize_reports_turns_and_tool_use_where_episodes_had_turns_or_tools():
     with_tools = [
         ProblemSamples(
             "tools", [True, False], ["1", "2"], [5, 9], [False] * 2, [False] * 2, turns=[3, 1], tool_calls=[2, 0]
@@ -120,6 +120,8 @@ def test_summarize_reports_turns_and_tool_use_where_the_records_have_them():
     assert metrics["tool_use"] == pytest.approx(3 / 4)  # three of the four samples called a tool
     assert "first_answer_acc" not in metrics
     assert "turns_mean" not in summarize([samples([True])])["math_dapo"]
+    one_turn = dataclasses.replace(samples([True, False]), turns=[1, 1], tool_calls=[0, 0], first_acc=[True, False])
+    assert "turns_mean" not in summarize([one_turn])["math_dapo"]  # single-step: nothing to add
     retried = ProblemSamples("repair", [True, True], ["P", "P"], [9, 9], [False] * 2, [False] * 2, turns=[1, 2])
     retried = dataclasses.replace(retried, tool_calls=[0, 0], first_acc=[True, False])
     repair = summarize([retried])["repair"]

@@ -124,7 +124,7 @@ def test_model_directory_on_the_aime_slice_reports_the_paper_metrics(cli_report,
 def test_the_command_shows_progress_a_table_and_where_the_json_went(cli_report):
     out = cli_report["out"]
     assert "each problem appears 32 times" in out
-    assert "Processed prompts" in out  # vLLM's progress bar while sampling
+    assert "evaluating: 100%" in out  # the progress bar of the episodes while sampling
     assert "scoring: 100%" in out
     header = next(line for line in out.splitlines() if line.startswith("data source"))
     assert header.split()[2:5] == ["avg@32", "pass@1", "pass@2"]

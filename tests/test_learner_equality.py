@@ -1,7 +1,8 @@
 """Proof by equality: one optimizer step on the same uneven batch gives the same loss, grad norm
 and updated weights whether the mini-batch runs in one piece, in micro-batches of a small token
 budget, or on two data-parallel learners (DDP, and DeepSpeed ZeRO-3), for every loss
-aggregation mode."""
+aggregation mode. Some of the batch's sequences are multi-turn episodes, with environment tokens
+inside the response that are out of the loss."""
 
 import multiprocessing
 import socket

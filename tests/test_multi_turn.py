@@ -15,13 +15,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import ray
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from dapo_rllib.chat_turns import TurnRenderer
 from dapo_rllib.columns import Columns, Extras, Metrics
 from dapo_rllib.connectors import PadTokenBatch
 from dapo_rllib.env_runner import TRAIN_STREAM
+from dapo_rllib.progress import summary_line
 from dapo_rllib.rollout import EndReason
+from dapo_rllib.tensorboard import readable_scalars
 from dapo_rllib.vllm_engine import request_seed, sampling_params
 from tests.test_dapo_integration import tiny_config
 
@@ -36,10 +39,14 @@ def example() -> types.ModuleType:
     code = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
     module = types.ModuleType("readme_guess_number")
     sys.modules[module.__name__] = module
+    # Env runner processes cannot import a module that exists only here: its classes travel by value
+    # (registered before the example registers its env, which pickles the class).
+    ray.cloudpickle.register_pickle_by_value(module)
     try:
         exec(compile(code, f"{README}:Episodes over several turns", "exec"), module.__dict__)
         yield module
     finally:
+        ray.cloudpickle.unregister_pickle_by_value(module)
         del sys.modules[module.__name__]
 
 
@@ -136,6 +143,12 @@ def test_training_on_multi_turn_episodes_reports_turns_and_keeps_the_mismatch_at
         assert learner[Metrics.ROLLOUT_LOGP_ABS_DIFF] < 0.01
         assert np.isfinite(learner[Metrics.POLICY_LOSS])
         assert result["timers"][Metrics.GENERATION_S] > 0
+        # In TensorBoard (every readable scalar is written) and in the summary line.
+        scalars = readable_scalars(result)
+        for name in ("turns_mean", "tool_calls", "tool_errors/malformed", "ended_by/max_turns", "env_tokens_mean"):
+            assert f"rollout/{name}" in scalars, name
+        assert "timing/tool_s" in scalars
+        assert re.search(r"turns [\d.]+  tools 0\.00", summary_line(result))
 
 
 def test_validation_runs_multi_turn_episodes(algo):
@@ -145,3 +158,52 @@ def test_validation_runs_multi_turn_episodes(algo):
     assert 0.0 <= guess["avg@2"] <= guess["pass@2"] <= 1.0
     # Every token after the prompt counts: up to 3 turns and the hints between them.
     assert 0 < guess["response_length_mean"] <= 96
+
+
+@pytest.fixture(scope="module")
+def overlapped_multi_turn(ray_session, tiny_model_path, example, tmp_path_factory):
+    """Multi-turn episodes with what the single-step ones have: two env runners, async rollout, TIS."""
+    config = tiny_config(
+        tiny_model_path,
+        max_turns=3,
+        max_response_length=96,
+        overlong_buffer_len=8,
+        dynamic_sampling=False,
+        group_size=2,
+        train_batch_size_prompts=4,
+        minibatch_size_prompts=2,
+        async_rollout=True,
+        rollout_correction="tis",
+    ).environment("guess_number", env_config={"num_problems": 40})
+    # Half a CPU each: the session has two, and the resumed run's runners start beside these.
+    algo = config.env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5).build_algo()
+    results = [algo.train() for _ in range(2)]
+    checkpoint = tmp_path_factory.mktemp("ckpt") / "multi_turn"
+    algo.save_to_path(str(checkpoint))
+    yield dict(algo=algo, results=results, checkpoint=checkpoint)
+    algo.stop()
+
+
+def test_async_multi_turn_with_two_env_runners_and_tis(overlapped_multi_turn):
+    for result in overlapped_multi_turn["results"]:
+        assert result[Metrics.ROLLOUT][Metrics.TURNS_MEAN] > 1
+        learner = result["learners"]["default_policy"]
+        assert 0 < learner[Metrics.ROLLOUT_IS_WEIGHT_MEAN] <= 2.0
+    # The first batch is sampled with the learner's weights: the mismatch is float32 noise.
+    assert overlapped_multi_turn["results"][0]["learners"]["default_policy"][Metrics.ROLLOUT_LOGP_ABS_DIFF] < 0.01
+
+
+def test_a_multi_turn_run_resumes_exactly(overlapped_multi_turn):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    restored = Algorithm.from_checkpoint(str(overlapped_multi_turn["checkpoint"]))
+    try:
+        resumed = restored.train()
+    finally:
+        restored.stop()
+    continued = overlapped_multi_turn["algo"].train()
+    for key in (Metrics.ACC_MEAN, Metrics.REWARD_MEAN, Metrics.RESPONSE_LENGTH_MEAN, Metrics.TURNS_MEAN):
+        assert resumed[Metrics.ROLLOUT][key] == continued[Metrics.ROLLOUT][key], key
+    r, c = resumed["learners"]["default_policy"], continued["learners"]["default_policy"]
+    for key in (Metrics.POLICY_LOSS, Metrics.GRAD_NORM, Metrics.ROLLOUT_LOGP_ABS_DIFF):
+        assert r[key] == pytest.approx(c[key], rel=1e-5, abs=1e-7), key
