@@ -63,12 +63,11 @@ def test_the_example_env_gives_hints_until_the_guess_is_right(example):
     assert found[:4] == ([], 1.0, True, False) and found[4]["acc"] is True
 
 
-@pytest.fixture(scope="module")
-def algo(ray_session, tiny_model_path, example):
-    # The tiny arithmetic model guesses the number rarely, so most episodes take all their turns. With
-    # dynamic sampling off every group is trained, informative or not.
-    config = tiny_config(
-        tiny_model_path,
+def guess_config(model_path, **overrides):
+    """Small steps on the README's guessing game. The tiny arithmetic model guesses the number rarely, so
+    most episodes take all their turns; with dynamic sampling off every group is trained, informative or
+    not."""
+    settings = dict(
         max_turns=3,
         max_response_length=96,
         overlong_buffer_len=0,
@@ -76,7 +75,13 @@ def algo(ray_session, tiny_model_path, example):
         group_size=2,
         train_batch_size_prompts=4,
         minibatch_size_prompts=2,
-    ).environment("guess_number", env_config={"num_problems": 40})
+    )
+    return tiny_config(model_path, **settings | overrides).environment("guess_number", env_config={"num_problems": 40})
+
+
+@pytest.fixture(scope="module")
+def algo(ray_session, tiny_model_path, example):
+    config = guess_config(tiny_model_path)
     config = config.evaluation(evaluation_config={"env_config": {"num_problems": 40}})
     algo = config.build_algo()
     yield algo
@@ -163,18 +168,7 @@ def test_validation_runs_multi_turn_episodes(algo):
 @pytest.fixture(scope="module")
 def overlapped_multi_turn(ray_session, tiny_model_path, example, tmp_path_factory):
     """Multi-turn episodes with what the single-step ones have: two env runners, async rollout, TIS."""
-    config = tiny_config(
-        tiny_model_path,
-        max_turns=3,
-        max_response_length=96,
-        overlong_buffer_len=8,
-        dynamic_sampling=False,
-        group_size=2,
-        train_batch_size_prompts=4,
-        minibatch_size_prompts=2,
-        async_rollout=True,
-        rollout_correction="tis",
-    ).environment("guess_number", env_config={"num_problems": 40})
+    config = guess_config(tiny_model_path, overlong_buffer_len=8, async_rollout=True, rollout_correction="tis")
     # Half a CPU each: the session has two, and the resumed run's runners start beside these.
     algo = config.env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5).build_algo()
     results = [algo.train() for _ in range(2)]
