@@ -125,8 +125,8 @@ class ProblemSamples:
         timed_out: Whether scoring each sample hit the scoring timeout (scored wrong).
         turns: Model turns of each sample's episode (keyword only; empty: not reported).
         tool_calls: Tool calls in each sample's episode (keyword only; empty: not reported).
-        first_acc: Whether each sample's first answer was correct (keyword only; empty: not reported). In a
-            task with feedback the model may answer again; ``acc`` is of its last answer.
+        first_acc: Whether each sample's first answer was correct (keyword only; empty: the first answer
+            was the last). In a task with feedback the model may answer again; ``acc`` is of its last answer.
     """
 
     data_source: str

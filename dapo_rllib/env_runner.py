@@ -280,7 +280,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
                     prompt_truncated=samples[0].prompt_truncated,
                     turns=[len(r.turns) for r in samples],
                     tool_calls=[r.tool_calls for r in samples],
-                    first_acc=[r.first_acc for r in samples],
+                    # Only where it can differ from acc: an answer was followed by another.
+                    first_acc=[r.first_acc for r in samples] if any(r.answered_again for r in samples) else [],
                 )
             )
         return records

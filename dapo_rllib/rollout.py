@@ -116,6 +116,11 @@ class EpisodeRollout:
         scored = next((turn.info for turn in self.turns if Info.ACC in turn.info), self.final_info)
         return bool(scored[Info.ACC])
 
+    @property
+    def answered_again(self) -> bool:
+        """The environment scored more than one answer (it gave feedback and the model tried again)."""
+        return sum(Info.ACC in turn.info for turn in self.turns) > 1
+
 
 @dataclass
 class RolloutTiming:

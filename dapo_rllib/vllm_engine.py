@@ -54,9 +54,10 @@ def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: 
     in between. Training samples (`explore`) use the rollout temperature and top_p and carry the sampled
     tokens' log-probs (flat: a few lists per completion, not a dict per token); evaluation samples use the
     evaluation settings. A turn stops at EOS, at `max_tokens`, or at one of `stop` (the end of a tool call),
-    which stays in the output. Samples leave their text to `decode_completions` where the tokenizer has a
-    Rust backend: vLLM's detokenizer would also decode every sampled token for its log-prob entry, which
-    nothing here reads and which costs ~10% of the generation throughput on the tiny example.
+    which stays in the output. Samples without stop strings leave their text to `decode_completions` where
+    the tokenizer has a Rust backend: vLLM's detokenizer would also decode every sampled token for its
+    log-prob entry, which nothing here reads and which costs ~10% of the generation throughput on the tiny
+    example.
     """
     from vllm import SamplingParams
 
@@ -68,7 +69,8 @@ def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: 
         max_tokens=max_tokens,
         logprobs=0,
         flat_logprobs=True,
-        detokenize=backend_tokenizer(tokenizer) is None,
+        # vLLM matches stop strings on its own detokenized text.
+        detokenize=backend_tokenizer(tokenizer) is None or bool(stop),
         stop=list(stop) or None,
         include_stop_str_in_output=True,
     )

@@ -67,3 +67,33 @@ def test_a_warm_start_conversation_trains_on_the_models_turns_only(tiny_tool_mod
     assert f"<tool_response>\n{output}\n</tool_response>" in text and text.startswith(
         "<|im_start|>system\nTools: python(code)."
     )
+
+
+def test_tool_calls_run_in_the_real_loop(ray_session, tiny_tool_model_path):
+    """The tiny tool model through the env runner: its calls run in the sandbox and their output follows the
+    call in the episode's sequence, rendered by the template; the first turn stops at the end of the call."""
+    from tests.test_dapo_integration import tiny_config
+
+    config = tiny_config(
+        tiny_tool_model_path, max_turns=3, max_response_length=96, overlong_buffer_len=0, dynamic_sampling=False
+    ).environment("dapo_tool_math", env_config={"num_problems": 20})
+    algo = config.build_algo()
+    try:
+        runner = algo.env_runner
+        episodes = runner.sample(requests=[(i, 500 + i) for i in range(4)])
+        with_calls = [ep for ep in episodes if ep.get_extra_model_outputs("tool_calls", 0) > 0]
+        assert with_calls, "the tiny tool model called no tool in 16 episodes"
+        for ep in with_calls:
+            call = runner.tokenizer.decode(ep.get_actions(0))
+            assert call.startswith("<tool_call>") and call.endswith("</tool_call>")  # stopped at the call's end
+            (parsed,) = HermesToolParser().parse(call)
+            after = runner.tokenizer.decode(ep.get_observations(1))
+            if parsed.error is None and parsed.name == "python":
+                # The end of the turn, then the tool's output in a user turn, then the next turn's start.
+                value = eval(parsed.arguments["code"], {"__builtins__": {}})  # the model's "a * b" or "a + b"
+                assert after == (
+                    f"<|im_end|>\n<|im_start|>user\n<tool_response>\n{value}\n\n</tool_response><|im_end|>\n"
+                    "<|im_start|>assistant\n"
+                )
+    finally:
+        algo.stop()

@@ -10,20 +10,26 @@ with both, before -> after.
     python tuned_examples/dapo/tiny_code_repair_dapo.py --no-tune
     rllib train file tuned_examples/dapo/tiny_code_repair_dapo.py --no-tune --stop '{"training_iteration": 5}'
 
-The config is tiny_code_dapo.py's with the environment switched and an episode's budget for three
-attempts and the feedback between them (max_response_length counts the feedback's tokens too).
+The config is tiny_code_dapo.py's with the environment switched, an episode's budget for three
+attempts and the feedback between them (max_response_length counts the feedback's tokens too), and
+30 iterations validated on 96 held-out tasks, to stay under 15 minutes here.
 """
 
 from pathlib import Path
 
 from dapo_rllib.train import load_config_file, run_example
 
-code_config, stop, _ = load_config_file(Path(__file__).with_name("tiny_code_dapo.py"))
+code_config, _, _ = load_config_file(Path(__file__).with_name("tiny_code_dapo.py"))
 config = (
     code_config.copy(copy_frozen=False)
     .environment("dapo_code_repair", env_config={"dataset": "generated", "split": "train", "public_tests": 2})
+    # Half the held-out tasks: an episode of three attempts takes three times as long to sample.
+    .evaluation(eval_max_problems=96)
     .training(max_turns=3, max_prompt_length=128, max_response_length=256, overlong_buffer_len=32)
 )
+
+# Fewer iterations than the single-step example's 40: each samples up to three attempts.
+stop = {"training_iteration": 30}
 
 if __name__ == "__main__":
     run_example(config, stop)

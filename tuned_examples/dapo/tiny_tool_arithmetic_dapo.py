@@ -26,11 +26,13 @@ math_config, _, _ = load_config_file(Path(__file__).with_name("tiny_arithmetic_d
 config = (
     math_config.copy(copy_frozen=False)
     .environment("dapo_tool_math", env_config={"dataset": "tool_arithmetic", "split": "train"})
-    # Validation on the 200 held-out products, 4 samples each, before training and every 10 iterations.
-    .evaluation(eval_dataset="tool_arithmetic", eval_max_problems=200)
+    # Validation on the 200 held-out products, 4 samples each, before training and every 10 iterations,
+    # sampled as in training (top_p 1.0): at the reference's 0.7 the warm start already calls the tool on
+    # every problem, and tool use would not show what RL changed.
+    .evaluation(eval_dataset="tool_arithmetic", eval_max_problems=200, eval_top_p=1.0)
     .training(
         model_path=str(ensure_tiny_model(task="tool_arithmetic")),
-        max_response_length=96,
+        max_response_length=128,
         max_turns=3,
         overlong_buffer_len=16,
     )
