@@ -9,8 +9,8 @@ sync, with the turns and tool calls per episode. The turn loop runs a turn's too
 generation of every running episode, so no tool time is hidden behind generation: the table's `tool`
 column is all on the step's critical path.
 
-Part 2 samples the same round of episodes (one batch of the example, fixed seeds) on an engine with
-prefix caching and on one without, and reads vLLM's own counters: the prompt tokens the engine was given
+Part 2 samples the same round of episodes (one batch of the example, fixed seeds; after a round that
+warms the engine up) on an engine with prefix caching and on one without, and reads vLLM's own counters: the prompt tokens the engine was given
 over all turns, and how many of them it found in its prefix cache instead of computing them again. Turn
 2 onwards re-reads the whole context (prompt, earlier turns, tool output); with the cache only the tokens
 new since the last turn are computed.
@@ -87,6 +87,9 @@ def prefix_cache_round(caching: bool, smoke: bool) -> dict[str, float]:
     config.training(vllm_engine_kwargs={"enable_prefix_caching": caching, "disable_log_stats": False})
     algo = config.build_algo()
     runner = algo.env_runner
+    # A round first, to warm the engine up (its first calls compile kernels); then the measured round.
+    runner.sample(requests=[(i, 20_000 + i) for i in range(config.gen_batch_size_prompts)])
+    runner.llm.reset_prefix_cache()
     requests = [(i, 10_000 + i) for i in range(config.gen_batch_size_prompts)]
     before = counters(runner.llm)
     start = time.perf_counter()

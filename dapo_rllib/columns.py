@@ -151,9 +151,10 @@ class Metrics:
     MAJ_AT = "maj@"  # maj@n: the majority answer of the n samples is correct
     NUM_PROBLEMS = "num_problems"
     NUM_SAMPLES = "num_samples"
-    # Where some episode took several turns or called a tool: TURNS_MEAN and these.
-    TOOL_USE = "tool_use"  # share of samples that called a tool
-    FIRST_ANSWER_ACC = "first_answer_acc"  # accuracy of the first answer (avg@n is of the last, after feedback)
+    # Where some episode took several turns or called a tool: TURNS_MEAN, and these where they apply.
+    TOOL_USE = "tool_use"  # share of samples that called a tool (where some did)
+    FIRST_ANSWER_ACC = "first_answer_acc"  # accuracy of the first answer, where some were followed by another
+    # (avg@n is of the last, after feedback)
 
 
 def tag(section: str, name: str) -> str:

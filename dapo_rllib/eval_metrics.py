@@ -88,7 +88,8 @@ def _summarize_source(source: str, problems: list[ProblemSamples]) -> dict[str, 
     tool_calls = [x for p in problems for x in p.tool_calls]
     if max(turns, default=1) > 1 or any(tool_calls):
         metrics[Metrics.TURNS_MEAN] = float(np.mean(turns))
-        metrics[Metrics.TOOL_USE] = float(np.mean([x > 0 for x in tool_calls]))
+        if any(tool_calls):
+            metrics[Metrics.TOOL_USE] = float(np.mean([x > 0 for x in tool_calls]))
         if any(p.first_acc for p in problems):
             firsts = [x for p in problems for x in (p.first_acc or p.acc)]  # a record without: first answer = last
             metrics[Metrics.FIRST_ANSWER_ACC] = float(np.mean([bool(x) for x in firsts]))
