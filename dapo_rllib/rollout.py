@@ -77,6 +77,7 @@ class EpisodeRollout:
     end: EndReason | None = None
     final_info: ScoreInfo | None = None
     response_length: int = 0  # tokens after the prompt so far, the model's and the environment's
+    budget_spent: bool = False  # a turn hit the token budget, or the environment's reply would have
 
     @property
     def response_ids(self) -> list[int]:
@@ -90,8 +91,8 @@ class EpisodeRollout:
 
     @property
     def truncated(self) -> bool:
-        """The episode hit the token budget."""
-        return self.end is EndReason.BUDGET
+        """The episode hit the token budget (whoever ended it: a one-turn task scores a cut answer too)."""
+        return self.budget_spent
 
     @property
     def env_tokens(self) -> int:
@@ -241,10 +242,11 @@ class TurnLoop:
         messages, reward, terminated, truncated, info = result
         turn = episode.turns[-1]
         turn.reward, turn.info = float(reward), info
+        episode.budget_spent |= completion.finish_reason == "length" or episode.response_length >= self.budget
         if terminated or truncated:
             episode.end, episode.final_info = EndReason.ENV, _final_info(episode.env, info)
             return
-        if completion.finish_reason == "length" or episode.response_length >= self.budget:
+        if episode.budget_spent:
             episode.end = EndReason.BUDGET
             return
         if len(episode.turns) >= self.max_turns:
@@ -254,7 +256,7 @@ class TurnLoop:
         env_ids = closing + episode.renderer.turn_ids(messages)
         # The model must have room for at least one token after the environment's.
         if episode.response_length + len(env_ids) >= self.budget:
-            episode.end = EndReason.BUDGET
+            episode.end, episode.budget_spent = EndReason.BUDGET, True
             return
         turn.env_ids = env_ids
         episode.response_length += len(env_ids)

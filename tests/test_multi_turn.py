@@ -201,3 +201,22 @@ def test_a_multi_turn_run_resumes_exactly(overlapped_multi_turn):
     r, c = resumed["learners"]["default_policy"], continued["learners"]["default_policy"]
     for key in (Metrics.POLICY_LOSS, Metrics.GRAD_NORM, Metrics.ROLLOUT_LOGP_ABS_DIFF):
         assert r[key] == pytest.approx(c[key], rel=1e-5, abs=1e-7), key
+
+
+def test_an_answer_cut_at_the_budget_is_truncated_though_the_environment_ended_the_episode(algo):
+    """A one-turn task scores a cut answer and ends the episode: the episode still counts as truncated
+    (overlong filtering and the truncation ratio read that)."""
+    from envs.math_env import MathEnv
+
+    runner = algo.env_runner
+    loop = runner._turn_loop(explore=True)
+    loop.budget = 3  # tokens: every answer of the tiny model is longer
+    try:
+        rollouts = [runner._start_episode(MathEnv({"num_problems": 5}), 0, (0, 7, k)) for k in range(4)]
+        loop.run(rollouts)
+    finally:
+        loop.close()
+    for rollout in rollouts:
+        assert (rollout.end, len(rollout.turns), rollout.response_length) == (EndReason.ENV, 1, 3)
+        assert rollout.truncated
+        assert runner._episode(rollout, group_id=7, penalty=0.0).get_extra_model_outputs(Extras.TRUNCATED, 0)
