@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_dapo.py"
 SWEEP = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_sweep.py"
 CODE = ROOT / "tuned_examples" / "dapo" / "tiny_code_dapo.py"
+TOOL = ROOT / "tuned_examples" / "dapo" / "tiny_tool_arithmetic_dapo.py"
 PPO = ROOT / "tests" / "configs" / "ppo_cartpole.py"
 RLLIB = [str(Path(sys.executable).with_name("rllib"))]
 # Small, fast evaluation for the tests: 16 held-out problems, 2 samples each.
@@ -292,7 +293,7 @@ def test_plot_renders_a_non_blank_png_from_a_real_run(dapo_run, tmp_path):
     with Image.open(out) as image:
         assert image.format == "PNG"
         pixels = np.asarray(image.convert("RGB"))
-    assert pixels.shape == (800, 1500, 3)
+    assert pixels.shape == (1200, 1500, 3)  # 3 x 3 panels
     # Lines in several colours on a white background, not a blank canvas.
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50
     assert (pixels < 200).any(axis=-1).mean() > 0.01
@@ -395,3 +396,42 @@ def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_pat
     )
     completion = llm.generate([prompt], SamplingParams(max_tokens=16, temperature=0), use_tqdm=False)[0].outputs[0]
     assert len(completion.token_ids) > 0
+
+
+def test_the_tool_example_runs_as_a_tune_experiment_with_its_turn_metrics(tiny_tool_model_path, tmp_path):
+    """Episodes of several turns with the python tool through Ray Tune: TensorBoard holds the turn, tool and
+    token metrics, validation reports tool use, and the plot is drawn."""
+    out = run_ok(
+        "train",
+        "file",
+        TOOL,
+        "--stop",
+        '{"training_iteration": 1}',
+        "--config",
+        json.dumps(FAST_EVAL),
+        "--name",
+        "tool",
+        "--num-cpus",
+        "2",
+        cwd=tmp_path,
+    )
+    assert "turns " in out and "tools " in out  # the summary line of episodes with turns
+    run_dir = tmp_path / "runs" / "tool"
+    (trial_dir,) = [p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("DAPO_")]
+    tags = scalar_tags(trial_dir)
+    for name in (
+        "rollout/turns_mean",
+        "rollout/turns_max",
+        "rollout/tool_calls",
+        "rollout/tool_errors/malformed",
+        "rollout/model_tokens_mean",
+        "rollout/env_tokens_mean",
+        "rollout/ended_by/env",
+        "rollout/ended_by/max_turns",
+        "rollout/ended_by/budget",
+        "timing/tool_s",
+        "evaluation/tool_arithmetic/tool_use",
+        "evaluation/tool_arithmetic/turns_mean",
+    ):
+        assert name in tags, name
+    assert (run_dir / "dapo_curves.png").is_file()

@@ -118,6 +118,18 @@ def test_informative_groups_keeps_mixed_and_single_member_groups():
     assert [int(g[0].get_extra_model_outputs(Extras.GROUP_ID, 0)) for g in kept] == [2, 3]
 
 
+def test_dynamic_sampling_groups_and_filters_multi_turn_episodes_by_their_outcome():
+    turns = [([7], [-1.0], [30]), ([8], [-1.0], [])]
+    eps = [
+        turns_episode([1], turns, 1.0, 4),
+        episode([1], [2], -1.0, 4),  # mixed: a two-turn success and a one-turn failure
+        turns_episode([1], turns, -1.0, 5),
+        turns_episode([1], turns, -1.0, 5),  # all wrong
+    ]
+    kept = informative_groups(group_episodes(eps), Extras.ACC)
+    assert [[len(ep) for ep in g] for g in kept] == [[2, 1]]
+
+
 def test_a_multi_turn_episode_is_one_sequence_with_only_the_models_tokens_in_the_loss():
     # Turn 1: the model samples [7, 8], the environment adds [30, 31, 32]; turn 2: the model samples [9].
     two_turns = turns_episode([5, 6], [([7, 8], [-0.5, -0.25], [30, 31, 32]), ([9], [-0.125], [])], 1.0, 0)
