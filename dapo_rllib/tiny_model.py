@@ -8,9 +8,12 @@ Nothing is downloaded. `ensure_tiny_model(task)` builds, once, into a cache dire
 3. a short supervised warm start on worked answers, so that RL starts from a policy that is
    sometimes right.
 
-Three tasks (`RECIPES`): "arithmetic" (the math environment's built-in problems), "code" (the
-code environment's generated function-writing tasks) and "sums" (the ablation's scratchpad sums,
-dapo_rllib/data/scratchpad_sums.py). The warm start imitates several ways of answering, in fixed
+Five tasks (`RECIPES`): "arithmetic" (the math environment's built-in problems), "code" (the
+code environment's generated function-writing tasks), "sums" (the ablation's scratchpad sums,
+dapo_rllib/data/scratchpad_sums.py), and two of several turns, warm-started on whole episodes
+(trained on the model's turns only, rendered as the env runner renders them: `conversation_ids`):
+"tool_arithmetic" (products with the python tool) and "code_repair" (the code tasks with the
+code-repair environment's feedback). The warm start imitates several ways of answering, in fixed
 proportions, and only some of them earn the reward:
 
 - arithmetic: "Answer: 85" is right; "Answer: 85." keeps its period and "The answer is 85." has
@@ -18,7 +21,11 @@ proportions, and only some of them earn the reward:
 - code: `return a + b` in the requested function is right; printing instead of returning, or
   naming the function `solution`, fails the tests;
 - sums: all three styles are in the right format and differ in length (SUMS_ANSWER_STYLES):
-  what the reward then selects is getting the sum right within the response limit.
+  what the reward then selects is getting the sum right within the response limit;
+- tool_arithmetic: the python tool with the right expression, then its output copied into the
+  answer, is right; the tool with `+` for `*`, or an answer without the tool, is wrong;
+- code_repair: right at once; a code-style failure, the feedback, then the fix; or the same
+  failure twice (REPAIR_ANSWER_STYLES).
 
 Part of what RL then learns from the verifiable reward is that format, the rest is getting the
 task right: both show up in held-out accuracy. The result is a plain `save_pretrained`
@@ -63,6 +70,7 @@ import torch
 
 from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
 from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
+from dapo_rllib.data.code_tasks import short_repr
 from dapo_rllib.data.scratchpad_sums import generate_sum_problems, parse_sum_question, scratchpad_lines
 from dapo_rllib.data.tool_arithmetic import generate_tool_arithmetic_problems, parse_product_question
 from dapo_rllib.rewards.math_dapo import compute_score as math_dapo_score
@@ -116,6 +124,15 @@ SUMS_ANSWER_STYLES = ((0.4, "scratchpad"), (0.3, "spaced"), (0.3, "direct"))
 # output copied into the answer (right); the tool with a wrong operator (wrong); the answer without the
 # tool (right only if the model can multiply in its head, which the tiny model cannot).
 TOOL_ANSWER_STYLES = ((0.35, "tool"), (0.35, "wrong expression"), (0.3, "no tool"))
+# (weight, style) of a code-repair episode: right at once; wrong, then fixed after the feedback; wrong
+# twice. Only "return" passes; the feedback names the failed calls (REPAIR_PUBLIC_TESTS of them).
+REPAIR_ANSWER_STYLES = (
+    (0.3, "return"),
+    (0.25, "print, then return"),
+    (0.25, "wrong name, then return"),
+    (0.2, "print, then print"),
+)
+REPAIR_PUBLIC_TESTS = 2  # the code-repair environment's default public_tests
 SUMS_TRAIN_PROBLEMS = 2400
 SUMS_TEST_PROBLEMS = 120  # the ablation's held-out set (tuned_examples/dapo/tiny_ablation.py)
 
@@ -159,14 +176,39 @@ def python_call(code: str) -> str:
     return "<tool_call>\n" + json.dumps({"name": "python", "arguments": {"code": code}}) + "\n</tool_call>"
 
 
-def tool_answer(problem, style: str) -> list[str]:
-    """The turns of a tool-arithmetic episode in one of the TOOL_ANSWER_STYLES: [call, tool output, answer]
-    with the tool, [answer] without. The tool output is what the python tool prints."""
+def tool_answer(problem, style: str) -> list:
+    """The turns of a tool-arithmetic episode in one of the TOOL_ANSWER_STYLES: [call, tool message, answer]
+    with the tool, [answer] without. The tool message holds what the python tool prints."""
     a, b = parse_product_question(problem.prompt_text)
     if style == "no tool":
         return [f"Answer: {a * b}"]
     expression, value = (f"{a} * {b}", a * b) if style == "tool" else (f"{a} + {b}", a + b)
-    return [python_call(expression), f"{value}\n", f"Answer: {value}"]
+    return [python_call(expression), {"role": "tool", "content": f"{value}\n"}, f"Answer: {value}"]
+
+
+def repair_answer(task, style: str) -> list:
+    """The turns of a code-repair episode in one of the REPAIR_ANSWER_STYLES: the first attempt (a
+    CODE_ANSWER_STYLES answer), and after a failed one the feedback the code-repair environment gives on
+    its first REPAIR_PUBLIC_TESTS tests, then the second attempt."""
+    first, _, second = style.partition(", then ")
+    attempts = [code_answer(task, first)]
+    if second:
+        attempts += [{"role": "user", "content": repair_feedback(task, first)}, code_answer(task, second)]
+    return attempts
+
+
+def repair_feedback(task, style: str) -> str:
+    """What the code-repair environment says of an attempt in a failing CODE_ANSWER_STYLES style: a print
+    returns None, a misnamed function is not found."""
+    from dapo_rllib.rewards.code import CaseReport, call_text, feedback_text
+
+    calls = [test[0] for test in task.calls[:REPAIR_PUBLIC_TESTS]]
+    if style == "print":
+        reports = [CaseReport(call_text(c), "wrong answer", "None", short_repr(c.expected)) for c in calls]
+    else:
+        got = f"runtime error: the program defines no {calls[0].fn_name}"
+        reports = [CaseReport(call_text(c), "runtime error", got, short_repr(c.expected)) for c in calls]
+    return feedback_text(reports[0].outcome, reports)
 
 
 def _first_turn_right(problem, response: str) -> bool:
@@ -213,7 +255,7 @@ class WarmStartRecipe:
         version: Name of its cache directory (bump it when the recipe changes).
         train_problems: seed -> training problems (with chat `messages`).
         answer: (problem, style) -> the response text imitated; for an episode of several turns, the
-            list of its model turns with the tool output after each one between them.
+            list of its model turns with the environment's message (a dict) between them.
         styles: (weight, style) pairs: how often each way of answering is imitated.
         sft_steps, batch_size: Length of the warm start: how far from right the RL starts.
         test_problems: () -> the held-out problems the build record's accuracy is measured on.
@@ -275,6 +317,16 @@ RECIPES: dict[str, WarmStartRecipe] = {
         sft_steps=800,
         batch_size=32,
     ),
+    "code_repair": WarmStartRecipe(
+        "tiny-qwen2-code-repair-v1",
+        _code_train_tasks,
+        repair_answer,
+        REPAIR_ANSWER_STYLES,
+        lambda: generate_code_tasks("test"),
+        _code_matches_reference,
+        "the first attempt: the reference solution's code, exactly",
+        max_new_tokens=64,
+    ),
     "tool_arithmetic": WarmStartRecipe(
         "tiny-qwen2-tool-arith-v1",
         lambda seed: generate_tool_arithmetic_problems("train", seed=seed),
@@ -295,8 +347,11 @@ RECIPES: dict[str, WarmStartRecipe] = {
 }
 
 
-def _answer_text(answer: str | list[str]) -> str:
-    return answer if isinstance(answer, str) else "\n".join(answer)
+def _answer_text(answer: str | list) -> str:
+    """The text of an imitated answer: its turns' and messages' text."""
+    if isinstance(answer, str):
+        return answer
+    return "\n".join(turn if isinstance(turn, str) else turn["content"] for turn in answer)
 
 
 def _recipe(task: str) -> WarmStartRecipe:
@@ -373,7 +428,7 @@ def _sft_examples(
 def conversation_ids(recipe: WarmStartRecipe, tokenizer, problem, style: str) -> tuple[list[int], list[int]]:
     """(token ids, loss mask) of the prompt and the imitated answer in `style`, as the env runner renders an
     episode: the prompt (mask 0), each model turn's ids and end-of-turn token (mask 1), and between them
-    the tool's output rendered by the chat template (mask 0)."""
+    the environment's message (a tool's output, feedback) rendered by the chat template (mask 0)."""
     from dapo_rllib.chat_turns import TurnRenderer
 
     renderer = TurnRenderer(tokenizer, recipe.tools, max_tool_response_tokens=tokenizer.model_max_length)
@@ -381,11 +436,11 @@ def conversation_ids(recipe: WarmStartRecipe, tokenizer, problem, style: str) ->
     turns = [answer] if isinstance(answer, str) else list(answer)
     ids = renderer.prompt_ids(problem.messages)
     mask = [0] * len(ids)
-    for k, text in enumerate(turns):
+    for k, turn in enumerate(turns):
         if k % 2 == 0:
-            piece = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            piece = tokenizer(turn, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         else:
-            piece = renderer.turn_ids([{"role": "tool", "content": text}])
+            piece = renderer.turn_ids([turn])
         ids += piece
         mask += [1 - k % 2] * len(piece)
     return ids, mask

@@ -18,14 +18,12 @@ from typing import Any
 
 from dapo_rllib.contracts import ScoreInfo
 from dapo_rllib.data.code_tasks import CodeTask, FunctionTests
-from dapo_rllib.rewards.code import CaseReport, CodeScoreResult, judge_code_many, score_code_many
+from dapo_rllib.rewards.code import CodeScoreResult, feedback_text, judge_code_many, score_code_many
 from envs.code_env import DEFAULT_CONFIG as CODE_CONFIG
 from envs.code_env import CodeEnv
 
 #: Config keys and their defaults: CodeEnv's, and how many of a task's tests are public.
 DEFAULT_CONFIG: dict[str, Any] = {**CODE_CONFIG, "public_tests": 2}
-#: Failed public tests shown after an attempt (the first ones).
-MAX_FAILURES_SHOWN = 3
 
 
 class CodeRepairEnv(CodeEnv):
@@ -68,25 +66,3 @@ class CodeRepairEnv(CodeEnv):
             part = slice(None, k) if public else slice(k, None)
             return dataclasses.replace(task, tests=FunctionTests(task.tests.fn_name, inputs[part], outputs[part]))
         return dataclasses.replace(task, tests=task.tests[:k] if public else task.tests[k:])
-
-
-def feedback_text(failure: str | None, reports: Sequence[CaseReport]) -> str:
-    """What the model is told after an attempt that failed (``failure``, :data:`dapo_rllib.rewards.code.FAILURES`)."""
-    if failure == "no code":
-        return "Your answer has no Python code. Answer with a single ```python code block."
-    if failure == "syntax error":
-        return "Your program has a syntax error. Fix it and answer with the whole program again."
-    failed = [report for report in reports if report.outcome != "pass"]
-    lines = [
-        f"{r.test} returned {r.got}, expected {r.expected}"
-        if r.outcome == "wrong answer"
-        else f"{r.test}: {r.got} (expected {r.expected})"
-        for r in failed[:MAX_FAILURES_SHOWN]
-    ]
-    more = f"\n(and {len(failed) - MAX_FAILURES_SHOWN} more)" if len(failed) > MAX_FAILURES_SHOWN else ""
-    return (
-        "Your program failed these tests:\n"
-        + "\n".join(lines)
-        + more
-        + "\nFix it and answer with the whole program again."
-    )

@@ -64,7 +64,7 @@ def pytest_report_header(config):
     from dapo_rllib.tiny_model import default_tiny_model_path, describe_build
 
     lines = []
-    for task in ("arithmetic", "code", "tool_arithmetic"):
+    for task in ("arithmetic", "code", "tool_arithmetic", "code_repair"):
         path = default_tiny_model_path(task)
         described = describe_build(path) if path.exists() else f"{path} (built on first use)"
         lines.append(f"tiny {task} model: {described}")

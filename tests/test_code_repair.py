@@ -7,9 +7,9 @@ import pytest
 
 from dapo_rllib.data.code_arithmetic import reference_solution
 from dapo_rllib.data.code_tasks import CodeTask, FunctionTests
-from dapo_rllib.rewards.code import CaseReport, judge_code_many
-from dapo_rllib.tiny_model import code_answer
-from envs.code_repair_env import CodeRepairEnv, feedback_text
+from dapo_rllib.rewards.code import CaseReport, feedback_text, judge_code_many
+from dapo_rllib.tiny_model import code_answer, repair_answer, repair_feedback
+from envs.code_repair_env import CodeRepairEnv
 
 LIMITS = {"timeout_s": 5.0, "max_workers": 2}
 
@@ -85,3 +85,16 @@ def test_feedback_for_a_program_that_never_ran():
 def test_public_tests_must_be_positive():
     with pytest.raises(ValueError, match="CodeRepairEnv 'public_tests' must be a positive int, got 0"):
         CodeRepairEnv({"public_tests": 0, **LIMITS})
+
+
+def test_the_repair_warm_start_imitates_the_environments_own_feedback(sandbox_env):
+    env = sandbox_env.spawn()
+    for style in ("print", "wrong name"):
+        env.reset(options={"problem_index": 2})
+        task = env.problem(2)
+        (reply,) = env.step(code_answer(task, style))[0]
+        assert reply == {"role": "user", "content": repair_feedback(task, style)}
+    first, feedback, second = repair_answer(task, "print, then return")
+    assert (first, second) == (code_answer(task, "print"), code_answer(task, "return"))
+    assert feedback == {"role": "user", "content": repair_feedback(task, "print")}
+    assert repair_answer(task, "return") == [code_answer(task, "return")]

@@ -47,8 +47,10 @@ def test_the_env_checks_its_sandbox_settings():
 def test_the_warm_start_imitates_three_ways_of_answering():
     (problem,) = generate_tool_arithmetic_problems("train", 1)
     a, b = parse_product_question(problem.prompt_text)
-    assert tool_answer(problem, "tool") == [python_call(f"{a} * {b}"), f"{a * b}\n", f"Answer: {a * b}"]
-    assert tool_answer(problem, "wrong expression") == [python_call(f"{a} + {b}"), f"{a + b}\n", f"Answer: {a + b}"]
+    output = {"role": "tool", "content": f"{a * b}\n"}
+    assert tool_answer(problem, "tool") == [python_call(f"{a} * {b}"), output, f"Answer: {a * b}"]
+    wrong = {"role": "tool", "content": f"{a + b}\n"}
+    assert tool_answer(problem, "wrong expression") == [python_call(f"{a} + {b}"), wrong, f"Answer: {a + b}"]
     assert tool_answer(problem, "no tool") == [f"Answer: {a * b}"]
     recipe = RECIPES["tool_arithmetic"]
     assert recipe.correct(problem, python_call(f"{a} * {b}")) and not recipe.correct(problem, python_call(f"{a} + {b}"))
@@ -64,7 +66,7 @@ def test_a_warm_start_conversation_trains_on_the_models_turns_only(tiny_tool_mod
     call, output, answer = tool_answer(problem, "tool")
     assert trained == f"{call}<|im_end|>{answer}<|im_end|>"
     text = tokenizer.decode(ids)
-    assert f"<tool_response>\n{output}\n</tool_response>" in text and text.startswith(
+    assert f"<tool_response>\n{output['content']}\n</tool_response>" in text and text.startswith(
         "<|im_start|>system\nTools: python(code)."
     )
 

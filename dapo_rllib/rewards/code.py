@@ -54,6 +54,8 @@ __all__ = [
     "FAILURES",
     "REWARD_MODES",
     "CaseReport",
+    "call_text",
+    "feedback_text",
     "CodeScoreResult",
     "extract_code",
     "normalize_output",
@@ -271,7 +273,7 @@ def _judged(task: CodeTask, results: Sequence[SandboxResult]) -> tuple[list[Case
         outcomes = [next(judged) for _ in test]
         failed = next(((call, o, a) for call, (o, a) in zip(test, outcomes) if o != "pass"), None)
         call, outcome, answer = failed or (test[0], "pass", outcomes[0][1])
-        reports.append(CaseReport(_call_text(call), outcome, _got(answer, unanswered), short_repr(call.expected)))
+        reports.append(CaseReport(call_text(call), outcome, _got(answer, unanswered), short_repr(call.expected)))
     return reports, bool(answers)
 
 
@@ -281,10 +283,11 @@ def _report(task: CodeTask, i: int, outcome: str, got: str) -> CaseReport:
         case = task.tests[i]
         return CaseReport(_shown(case.input.encode()), outcome, got, _shown(case.output.encode()))
     call = task.calls[i][0]
-    return CaseReport(_call_text(call), outcome, got, short_repr(call.expected))
+    return CaseReport(call_text(call), outcome, got, short_repr(call.expected))
 
 
-def _call_text(call: Call) -> str:
+def call_text(call: Call) -> str:
+    """A call as the model reads it: ``add(1, 2)``."""
     arguments = [short_repr(a) for a in call.args] + [f"{k}={short_repr(v)}" for k, v in call.kwargs.items()]
     return f"{call.fn_name}({', '.join(arguments)})"
 
@@ -381,4 +384,30 @@ def _result(task: CodeTask, reward: str, outcomes: list[str], met_tests: bool, t
         tests_total=total,
         failure=next((outcome for outcome in outcomes if outcome != "pass"), None),
         score_timed_out=timed_out,
+    )
+
+
+#: Failed tests shown after an attempt (the first ones).
+MAX_FAILURES_SHOWN = 3
+
+
+def feedback_text(failure: str | None, reports: Sequence[CaseReport]) -> str:
+    """What the model is told after an attempt that failed (``failure``, :data:`dapo_rllib.rewards.code.FAILURES`)."""
+    if failure == "no code":
+        return "Your answer has no Python code. Answer with a single ```python code block."
+    if failure == "syntax error":
+        return "Your program has a syntax error. Fix it and answer with the whole program again."
+    failed = [report for report in reports if report.outcome != "pass"]
+    lines = [
+        f"{r.test} returned {r.got}, expected {r.expected}"
+        if r.outcome == "wrong answer"
+        else f"{r.test}: {r.got} (expected {r.expected})"
+        for r in failed[:MAX_FAILURES_SHOWN]
+    ]
+    more = f"\n(and {len(failed) - MAX_FAILURES_SHOWN} more)" if len(failed) > MAX_FAILURES_SHOWN else ""
+    return (
+        "Your program failed these tests:\n"
+        + "\n".join(lines)
+        + more
+        + "\nFix it and answer with the whole program again."
     )

@@ -3,20 +3,22 @@
 The `dapo_code_repair` environment is the code environment with feedback: after an attempt that fails
 one of a task's first two (public) tests it shows the failures (the call, what the program returned or
 what went wrong, what was expected) and the model writes the whole program again, up to 3 attempts; the
-reward is on the task's other (hidden) tests. The tiny code model is tiny_code_dapo.py's. Validation
-reports the pass rate of the last attempt (avg@4) and of the first (first_answer_acc); the run ends
-with both, before -> after.
+reward is on the task's other (hidden) tests. Its tiny model (`ensure_tiny_model(task="code_repair")`,
+built on first use) is warm-started on such episodes: right at once, a failure then the fix after the
+feedback, or the same failure twice. Validation reports the pass rate of the last attempt (avg@4) and
+of the first (first_answer_acc); the run ends with both, before -> after.
 
     python tuned_examples/dapo/tiny_code_repair_dapo.py --no-tune
     rllib train file tuned_examples/dapo/tiny_code_repair_dapo.py --no-tune --stop '{"training_iteration": 5}'
 
-The config is tiny_code_dapo.py's with the environment switched, an episode's budget for three
+The config is tiny_code_dapo.py's with the environment and the model switched, an episode's budget for three
 attempts and the feedback between them (max_response_length counts the feedback's tokens too), and
 30 iterations validated on 96 held-out tasks, to stay under 15 minutes here.
 """
 
 from pathlib import Path
 
+from dapo_rllib.tiny_model import ensure_tiny_model
 from dapo_rllib.train import load_config_file, run_example
 
 code_config, _, _ = load_config_file(Path(__file__).with_name("tiny_code_dapo.py"))
@@ -25,7 +27,13 @@ config = (
     .environment("dapo_code_repair", env_config={"dataset": "generated", "split": "train", "public_tests": 2})
     # Half the held-out tasks: an episode of three attempts takes three times as long to sample.
     .evaluation(eval_max_problems=96)
-    .training(max_turns=3, max_prompt_length=128, max_response_length=256, overlong_buffer_len=32)
+    .training(
+        model_path=str(ensure_tiny_model(task="code_repair")),
+        max_turns=3,
+        max_prompt_length=128,
+        max_response_length=256,
+        overlong_buffer_len=32,
+    )
 )
 
 # Fewer iterations than the single-step example's 40: each samples up to three attempts.
