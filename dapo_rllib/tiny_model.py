@@ -739,6 +739,11 @@ REFERENCE_BUILDS: dict[str, dict[str, Any]] = {
         "fingerprint": "267ad9b380e3da81dc751516529bed3e87df8badccf53d534393ddb3b1160e68",
         "held_out": {"samples": 4, "avg@4": 0.2604, "mixed@4": 0.5083},
     },
+    # Held-out of the first attempt only.
+    "tiny-qwen2-code-repair-v1": {
+        "fingerprint": "d4721e8c88bd7ccae1e10324f6b1a9b920b0997e3c4b35cc37e75ab01fe0f815",
+        "held_out": {"samples": 4, "avg@4": 0.4123, "mixed@4": 0.822},
+    },
     # Held-out of the first turn only: a python call computing the answer, or the answer.
     "tiny-qwen2-tool-arith-v1": {
         "fingerprint": "c36dd732afa696b8c43b6ce98a0e825fdd9ed9677744ed40aa9981e21e4d9d2a",
