@@ -53,11 +53,14 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Final, Self
+from typing import Final, Self, TypeVar
 
-__all__ = ["REPORT_FD", "Sandbox", "SandboxLimits", "SandboxResult"]
+__all__ = ["REPORT_FD", "Sandbox", "SandboxLimits", "SandboxProcess", "SandboxResult"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: The program may write its result to this file descriptor; it comes back as
 #: :attr:`SandboxResult.report`. Unlike stdout, the program's own prints cannot forge it
@@ -190,6 +193,30 @@ class Sandbox:
             raise TypeError(f"stdin must be bytes, got {type(stdin).__name__}")
         return _run(self._setup, self.limits, source, bytes(stdin))
 
+    def start(self, source: str, *, timeout_s: float | None = None) -> SandboxProcess:
+        """Start ``source`` as a program (as ``__main__``) that this process talks to while it runs:
+        see :class:`SandboxProcess`. Use it as a context manager.
+
+        Args:
+            timeout_s: The run's wall-clock limit, if not ``limits.timeout_s``.
+
+        Raises:
+            TypeError: ``source`` is not a str.
+        """
+        if not isinstance(source, str):
+            raise TypeError(f"source must be a str, got {type(source).__name__}")
+        return SandboxProcess(self._setup, self.limits, source, subprocess.PIPE, timeout_s or self.limits.timeout_s)
+
+    def map(self, function: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """``function`` of each item, on the pool (for jobs made of several runs); results in order.
+
+        Raises:
+            RuntimeError: The sandbox is closed.
+        """
+        if self._closed:
+            raise RuntimeError("this Sandbox is closed")
+        return list(self._pool.map(function, items))
+
     def run_many(self, jobs: Sequence[tuple[str, bytes]]) -> list[SandboxResult]:
         """Run ``(source, stdin)`` jobs in parallel on the pool; results in the jobs' order.
 
@@ -197,9 +224,7 @@ class Sandbox:
             RuntimeError: The sandbox is closed.
             TypeError: A job is not a ``(str, bytes)`` pair.
         """
-        if self._closed:
-            raise RuntimeError("this Sandbox is closed")
-        return list(self._pool.map(lambda job: self.run(*job), jobs))
+        return self.map(lambda job: self.run(*job), jobs)
 
     def close(self) -> None:
         """Wait for running jobs and stop the pool. :meth:`run` keeps working."""
@@ -393,54 +418,166 @@ def _hidden_directories(kept: set[str]) -> dict[str, list[str]]:
 
 def _run(setup: _Setup, limits: SandboxLimits, source: str, stdin: bytes) -> SandboxResult:
     """Run one program; see :meth:`Sandbox.run`."""
-    started = time.monotonic()
-    deadline = started + limits.timeout_s
-    with contextlib.ExitStack() as cleanup:
-        report_read, report_write = os.pipe()
-        cleanup.callback(os.close, report_read)
-        info_read, info_write = os.pipe()
-        cleanup.callback(os.close, info_read)
-        fds = {
-            "source": _memory_file(source.encode("utf-8", "surrogatepass")),
-            "report": report_write,
-            "info": info_write,
-            "seccomp": _memory_file(_seccomp_filter()),
-        }
-        stdin_fd = _memory_file(stdin) if stdin else subprocess.DEVNULL
-        try:
-            process = subprocess.Popen(
-                setup.command(limits, fds),
-                stdin=stdin_fd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=tuple(fds.values()),
-                env=_CHILD_ENV,
-                cwd="/",
-                start_new_session=True,
-            )
-        finally:
-            for fd in (*fds.values(), stdin_fd):
-                if fd != subprocess.DEVNULL:
-                    os.close(fd)
-        cleanup.callback(_stop, process, _namespace_init(process, info_read))
-        outputs, truncated, timed_out = _collect(
-            [process.stdout.fileno(), process.stderr.fileno(), report_read], deadline, limits.output_bytes
-        )
-        if not (truncated or timed_out):
+    stdin_fd = _memory_file(stdin) if stdin else subprocess.DEVNULL
+    with SandboxProcess(setup, limits, source, stdin_fd, limits.timeout_s) as program:
+        return program.finish()
+
+
+class SandboxProcess:
+    """A program running in the sandbox that this process talks to while it runs: bytes in on its
+    stdin (:meth:`send`), lines out on :data:`REPORT_FD` (:meth:`receive_line`). Its stdout and
+    stderr are read meanwhile (so that it never blocks on them), up to the cap.
+
+    Made by :meth:`Sandbox.start`; a context manager: leaving it kills every process of the run.
+    The run's wall-clock limit counts from the start. The output cap applies to stdout and stderr
+    in all, and to the report's bytes not yet received (so a long conversation of short lines is
+    fine, one line past the cap is not).
+    """
+
+    def __init__(self, setup: _Setup, limits: SandboxLimits, source: str, stdin: int, timeout_s: float) -> None:
+        self._started = time.monotonic()
+        self._deadline = self._started + timeout_s
+        self._cap = limits.output_bytes
+        self._cleanup = contextlib.ExitStack()
+        with self._cleanup:  # closed here only if the start fails
+            report_read, report_write = os.pipe()
+            self._cleanup.callback(os.close, report_read)
+            info_read, info_write = os.pipe()
+            self._cleanup.callback(os.close, info_read)
+            fds = {
+                "source": _memory_file(source.encode("utf-8", "surrogatepass")),
+                "report": report_write,
+                "info": info_write,
+                "seccomp": _memory_file(_seccomp_filter()),
+            }
             try:
-                process.wait(max(deadline - time.monotonic(), 0))
+                self._process = subprocess.Popen(
+                    setup.command(limits, fds),
+                    stdin=stdin,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    pass_fds=tuple(fds.values()),
+                    env=_CHILD_ENV,
+                    cwd="/",
+                    start_new_session=True,
+                )
+            finally:
+                for fd in (*fds.values(), stdin):
+                    if fd not in (subprocess.DEVNULL, subprocess.PIPE):
+                        os.close(fd)
+            self._cleanup.callback(_stop, self._process, _namespace_init(self._process, info_read))
+            if self._process.stdin is not None:
+                os.set_blocking(self._process.stdin.fileno(), False)
+                self._cleanup.callback(self._process.stdin.close)
+            self._report = report_read
+            # Kept as numbers: the buffers stay readable after the streams are closed.
+            self._output_fds = (self._process.stdout.fileno(), self._process.stderr.fileno())
+            self._buffers = {fd: bytearray() for fd in (*self._output_fds, report_read)}
+            self._open = set(self._buffers)
+            self.truncated = self.timed_out = False
+            self._cleanup = self._cleanup.pop_all()
+
+    @property
+    def running(self) -> bool:
+        """Not yet stopped by its wall-clock limit or the output cap, nor ended its report."""
+        return not (self.truncated or self.timed_out) and self._report in self._open
+
+    @property
+    def stderr(self) -> bytes:
+        """What the program has written to stderr so far (as read)."""
+        return bytes(self._buffers[self._output_fds[1]])
+
+    def close(self) -> None:
+        """Kill every process of the run (again: a no-op)."""
+        self._cleanup.close()
+
+    def send(self, data: bytes, timeout_s: float) -> bool:
+        """Write ``data`` to the program's stdin (a :meth:`Sandbox.start` program's), waiting at most
+        ``timeout_s`` (and never past the run's limit) for it to read. False when not all of it went:
+        the program closed its stdin, ended, or did not read in time."""
+        stdin = self._process.stdin.fileno()
+        deadline = min(time.monotonic() + timeout_s, self._deadline)
+        view = memoryview(data)
+        with selectors.DefaultSelector() as selector:
+            selector.register(stdin, selectors.EVENT_WRITE)
+            while view:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not selector.select(remaining):
+                    return False
+                try:
+                    view = view[os.write(stdin, view) :]
+                except BlockingIOError:  # room for less than one atomic write yet
+                    continue
+                except BrokenPipeError:
+                    return False
+        return True
+
+    def receive_line(self, timeout_s: float) -> bytes | None:
+        """The next line the program writes to :data:`REPORT_FD` (without its newline), waiting at most
+        ``timeout_s`` (and never past the run's limit); None when none came: it ended its report, went
+        past its limit or the cap (see :attr:`timed_out`, :attr:`truncated`), or took longer."""
+        deadline = min(time.monotonic() + timeout_s, self._deadline)
+        report = self._buffers[self._report]
+        while (end := report.find(b"\n")) < 0:
+            if not self.running or not self._pump(deadline):
+                return None
+        line = bytes(report[:end])
+        del report[: end + 1]
+        return line
+
+    def finish(self) -> SandboxResult:
+        """Wait for the program to end (at most until the run's limit), and what it did; its report
+        holds what :meth:`receive_line` has not taken."""
+        while self._open and not self.truncated and self._pump(self._deadline):
+            pass
+        if not (self.truncated or self.timed_out):
+            try:
+                self._process.wait(max(self._deadline - time.monotonic(), 0))
             except subprocess.TimeoutExpired:
-                timed_out = True
-    killed = truncated or timed_out
-    return SandboxResult(
-        exit_code=None if killed else _shell_exit_code(process.returncode),
-        stdout=outputs[0],
-        stderr=outputs[1],
-        report=outputs[2],
-        timed_out=timed_out,
-        output_truncated=truncated,
-        duration_s=time.monotonic() - started,
-    )
+                self.timed_out = True
+        killed = self.truncated or self.timed_out
+        stdout, stderr = (bytes(self._buffers[fd]) for fd in self._output_fds)
+        return SandboxResult(
+            exit_code=None if killed else _shell_exit_code(self._process.returncode),
+            stdout=stdout,
+            stderr=stderr,
+            report=bytes(self._buffers[self._report]),
+            timed_out=self.timed_out,
+            output_truncated=self.truncated,
+            duration_s=time.monotonic() - self._started,
+        )
+
+    def _pump(self, deadline: float) -> bool:
+        """Read what the program has written, waiting at most until ``deadline``. False when nothing
+        came by then (the run's own limit passed: :attr:`timed_out`), or a stream went past the cap."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            self.timed_out = self.timed_out or deadline >= self._deadline
+            return False
+        with selectors.DefaultSelector() as selector:
+            for fd in self._open:
+                selector.register(fd, selectors.EVENT_READ)
+            ready = selector.select(remaining)
+        if not ready:
+            self.timed_out = self.timed_out or deadline >= self._deadline
+            return False
+        for key, _ in ready:
+            buffer = self._buffers[key.fd]
+            chunk = os.read(key.fd, min(_READ_CHUNK, self._cap + 1 - len(buffer)))
+            if not chunk:
+                self._open.discard(key.fd)
+            buffer += chunk
+            if len(buffer) > self._cap:
+                del buffer[self._cap :]
+                self.truncated = True
+                return False
+        return True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _namespace_init(process: subprocess.Popen, info_read: int) -> int | None:
@@ -477,34 +614,6 @@ def _memory_file(data: bytes) -> int:
         view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
-
-
-def _collect(fds: list[int], deadline: float, cap: int) -> tuple[list[bytes], bool, bool]:
-    """Read all ``fds`` at once until EOF, the deadline or a stream passing ``cap``.
-
-    Returns:
-        The bytes read per fd, whether one passed the cap, whether the deadline passed.
-    """
-    buffers = {fd: bytearray() for fd in fds}
-    truncated = timed_out = False
-    with selectors.DefaultSelector() as selector:
-        for fd in fds:
-            selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map() and not truncated:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            for key, _ in selector.select(remaining):
-                buffer = buffers[key.fd]
-                chunk = os.read(key.fd, min(_READ_CHUNK, cap + 1 - len(buffer)))
-                if not chunk:
-                    selector.unregister(key.fd)
-                buffer += chunk
-                if len(buffer) > cap:
-                    del buffer[cap:]
-                    truncated = True
-    return [bytes(buffers[fd]) for fd in fds], truncated, timed_out
 
 
 def _stop(process: subprocess.Popen, namespace_init: int | None) -> None:

@@ -30,12 +30,14 @@ JSON strings, which is how parquet holds values of mixed types.
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import json
 import math
 import os
 import reprlib
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -43,9 +45,9 @@ from typing import Any, NamedTuple, TypeAlias
 
 from dapo_rllib.data.datasets import merge_repeats, messages_key, parse_prompt, read_rows
 
-TASK_KINDS = ("assert", "stdio", "function")
+TASK_KINDS = ("assert", "stdio", "function", "program")
 #: The row key that holds each kind's tests (and the key of :attr:`CodeTask.ground_truth`).
-ROW_KEY_BY_KIND = {"assert": "tests", "stdio": "stdio", "function": "function"}
+ROW_KEY_BY_KIND = {"assert": "tests", "stdio": "stdio", "function": "function", "program": "program"}
 #: ``data_source`` of file rows that do not name one.
 DEFAULT_CODE_DATA_SOURCE = "code"
 #: How a plain ``question`` becomes the user message; the generated tasks (:mod:`dapo_rllib.data.code_arithmetic`) use it too.
@@ -92,8 +94,27 @@ class Call(NamedTuple):
     compare: str = "=="
 
 
-#: The tests of a task, by kind: assert statements, stdio cases, or function calls.
-TestSpec: TypeAlias = tuple[str, ...] | tuple[StdioCase, ...] | FunctionTests
+@dataclass(frozen=True)
+class TestProgram:
+    """A dataset's own test code, run in a sandbox of its own against the candidate
+    (:mod:`dapo_rllib.rewards.program_judge`).
+
+    Attributes:
+        setup: Code run first: imports, helpers, HumanEval's ``def check(candidate)``, MBPP's
+            ``test_setup_code``, unittest classes.
+        tests: Statements, each one test, run in turn after the setup in its namespace; a test
+            passes when it runs to its end.
+        names: The candidate's functions and classes the tests call. In the test program each
+            stands for the candidate's (bound after the setup, so over any stub of the same name).
+    """
+
+    setup: str
+    tests: tuple[str, ...]
+    names: tuple[str, ...]
+
+
+#: The tests of a task, by kind: test statements, stdio cases, function calls, or a test program.
+TestSpec: TypeAlias = tuple[str, ...] | tuple[StdioCase, ...] | FunctionTests | TestProgram
 
 
 @dataclass(frozen=True)
@@ -128,7 +149,44 @@ class CodeTask:
 
     @property
     def num_tests(self) -> int:
-        return len(self.tests.inputs) if self.kind == "function" else len(self.tests)
+        if self.kind == "function":
+            return len(self.tests.inputs)
+        return len(self.tests.tests) if self.kind == "program" else len(self.tests)
+
+    @cached_property
+    def judged_by_calls(self) -> bool:
+        """Whether the tests are calls with literal arguments and expected values (:attr:`calls`), judged
+        in this process from the candidate's answers; else (``"program"`` tasks, and ``"assert"`` tasks
+        with a statement of another form) they run as a test program (:attr:`program`)."""
+        if self.kind == "function":
+            return True
+        if self.kind != "assert":
+            return False
+        try:
+            self.calls
+        except ValueError:
+            return False
+        return True
+
+    @cached_property
+    def program(self) -> TestProgram:
+        """The tests as a test program (``"assert"`` and ``"program"`` tasks).
+
+        Raises:
+            ValueError: A ``"stdio"`` or ``"function"`` task.
+        """
+        if self.kind == "program":
+            return self.tests
+        if self.kind != "assert":
+            raise ValueError(f"{self.kind} tasks have no test program")
+        return program_with_imports("", self.tests, free_names("\n".join(self.tests)))
+
+    @property
+    def completion_prefix(self) -> str:
+        """The text the model's completion continues: a final assistant message of the prompt
+        (a completion-style prompt, such as HumanEval's function header), else ""."""
+        last = self.messages[-1]
+        return last["content"] if last["role"] == "assistant" else ""
 
     @cached_property
     def calls(self) -> tuple[tuple[Call, ...], ...]:
@@ -137,8 +195,8 @@ class CodeTask:
         Raises:
             ValueError: A ``"stdio"`` task: its tests are runs of the program, not calls.
         """
-        if self.kind == "stdio":
-            raise ValueError("stdio tasks are judged by running the program, they have no calls")
+        if self.kind in ("stdio", "program"):
+            raise ValueError(f"{self.kind} tasks are judged by running programs, they have no calls")
         if self.kind == "assert":
             return tuple(assert_calls(test) for test in self.tests)
         return tuple(
@@ -162,7 +220,7 @@ class CodeTask:
 # --- files -------------------------------------------------------------------------------
 
 
-def load_code_tasks(path: str | os.PathLike[str]) -> list[CodeTask]:
+def load_code_tasks(path: str | os.PathLike[str], *, humaneval_style: str = "completion") -> list[CodeTask]:
     """Load the code tasks of a ``.jsonl`` or ``.parquet`` file (row format: module docstring).
 
     Rows with the same prompt and tests are merged into the first, whose ``copies`` counts them.
@@ -176,7 +234,10 @@ def load_code_tasks(path: str | os.PathLike[str]) -> list[CodeTask]:
     path = Path(path)
     rows = read_rows(path, "code task")
 
-    tasks = [_task_from_row(row, f"row {row_number} of {path}", index=0) for row_number, row in enumerate(rows)]
+    tasks = [
+        _task_from_row(row, f"row {row_number} of {path}", index=0, humaneval_style=humaneval_style)
+        for row_number, row in enumerate(rows)
+    ]
     return merge_repeats([((messages_key(t.messages), t._tests_json), t) for t in tasks], "code tasks", path)
 
 
@@ -189,7 +250,11 @@ def task_to_row(task: CodeTask) -> dict:
     }
 
 
-def _task_from_row(row: Mapping[str, Any], where: str, index: int) -> CodeTask:
+def _task_from_row(row: Mapping[str, Any], where: str, index: int, humaneval_style: str = "completion") -> CodeTask:
+    from dapo_rllib.data.code_benchmarks import benchmark_of, benchmark_row
+
+    if benchmark := benchmark_of(row):
+        row = benchmark_row(row, benchmark, where, humaneval_style)
     data_source = row.get("data_source", DEFAULT_CODE_DATA_SOURCE)
     if not isinstance(data_source, str):
         raise ValueError(
@@ -225,6 +290,7 @@ def _row_sources(row: Mapping[str, Any]) -> dict[str, Any]:
         "test_cases": row.get("test_cases"),
         "stdio": row.get("stdio"),
         "function": row.get("function"),
+        "program": row.get("program"),
         "input_output": row.get("input_output"),
         "reward_model.ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None,
     }
@@ -236,17 +302,30 @@ def _row_tests(row: Mapping[str, Any], where: str) -> tuple[str, str, Any]:
     sources = _row_sources(row)
     if len(sources) != 1:
         raise ValueError(
-            f"{where}: expected the tests in exactly one of 'tests' (assert statements), 'stdio' "
-            f"(input/output cases), 'function' ({{fn_name, inputs, outputs}}), or their aliases "
+            f"{where}: expected the tests in exactly one of 'tests' (test statements), 'stdio' "
+            f"(input/output cases), 'function' ({{fn_name, inputs, outputs}}), 'program' ({{setup, tests, "
+            f"names}} or test code), or their aliases "
             f"'test_cases', 'input_output', 'reward_model.ground_truth'; found {sorted(sources) or 'none'}"
         )
     ((column, value),) = sources.items()
     if column in ("tests", "test_cases"):
         return column, "assert", value
+    if column == "program":
+        return column, column, _program_value(value)
     value = _decoded_json(value, f"{where}, {column!r}")
     if column in ("stdio", "function"):
         return column, column, value
     return column, *_inputs_outputs_tests(value, f"{where}, {column!r}")
+
+
+def _program_value(value: Any) -> Any:
+    """A row's ``program``: an object (parquet: a struct, or its JSON string), or a string of test code."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            pass  # a dict display in Python code
+    return value
 
 
 def _decoded_json(value: Any, where: str) -> Any:
@@ -286,9 +365,12 @@ def checked_tests(kind: str, tests: Any) -> TestSpec:
     """
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown code task kind {kind!r}; expected one of {TASK_KINDS}")
-    checker: Callable[[Any], TestSpec] = {"assert": _assert_tests, "stdio": _stdio_cases, "function": _function_tests}[
-        kind
-    ]
+    checker: Callable[[Any], TestSpec] = {
+        "assert": _assert_tests,
+        "stdio": _stdio_cases,
+        "function": _function_tests,
+        "program": _test_program,
+    }[kind]
     return checker(tests)
 
 
@@ -303,13 +385,91 @@ def _assert_tests(tests: Any) -> tuple[str, ...]:
     for i, test in enumerate(tests):
         if not isinstance(test, str) or not test.strip():
             raise ValueError(f"test {i} must be a non-empty string of Python statements, got {short_repr(test)}")
-        try:
-            assert_calls(test)
-        except SyntaxError as error:
-            raise ValueError(f"test {i} is not valid Python ({error.msg}): {short_repr(test)}") from None
-        except ValueError as error:
-            raise ValueError(f"test {i}: {error}") from None
+        _check_python(test, f"test {i}")
+    if not free_names("\n".join(tests)):
+        raise ValueError(f"the tests call no function of the candidate: {short_repr(list(tests))}")
     return tuple(tests)
+
+
+def _test_program(spec: Any) -> TestProgram:
+    """A test program from a row's ``program``: ``{"setup", "tests", "names"}`` (each optional but
+    one of setup and tests), or a string (the setup)."""
+    if isinstance(spec, TestProgram):
+        spec = tests_to_json(spec)
+    if isinstance(spec, str):
+        spec = {"setup": spec}
+    if not isinstance(spec, Mapping) or not set(spec) <= {"setup", "tests", "names"}:
+        raise ValueError(f"expected a string or an object with 'setup', 'tests', 'names', got {short_repr(spec)}")
+    setup, tests, names = spec.get("setup") or "", spec.get("tests"), spec.get("names")
+    if not isinstance(setup, str):
+        raise ValueError(f"'setup' must be Python code (a string), got {short_repr(setup)}")
+    _check_python(setup, "the setup")
+    if tests is None:
+        tests, setup = unittest_tests(setup) or ([setup], "")
+    tests = _non_empty_list(tests, "test statements (strings)")
+    for i, test in enumerate(tests):
+        if not isinstance(test, str) or not test.strip():
+            raise ValueError(f"test {i} must be a non-empty string of Python statements, got {short_repr(test)}")
+        _check_python(test, f"test {i}")
+    found = free_names("\n".join([setup, *tests]))
+    if names is None:
+        names = found
+    names = _non_empty_list(names, "names of the candidate's functions or classes that the tests call")
+    for name in names:
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise ValueError(f"names must be Python identifiers, got {short_repr(name)}")
+    return program_with_imports(setup, tests, names)
+
+
+def program_with_imports(setup: str, tests: Sequence[str], names: Sequence[str]) -> TestProgram:
+    """A test program whose standard modules used without an import (MBPP's ``math.isclose``, which
+    the official harness finds among the candidate's imports) are imported in its setup."""
+    modules = [name for name in names if name in sys.stdlib_module_names]
+    imports = "".join(f"import {module}\n" for module in modules)
+    return TestProgram(imports + setup, tuple(tests), tuple(name for name in names if name not in modules))
+
+
+def _check_python(code: str, what: str) -> None:
+    try:
+        compile(code, f"<{what}>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
+        raise ValueError(f"{what} is not valid Python ({getattr(error, 'msg', error)}): {short_repr(code)}") from None
+
+
+def free_names(code: str) -> tuple[str, ...]:
+    """The names ``code`` uses but never binds (assigns, defines, imports, takes as a parameter) and
+    that are not builtins: in a test program, the candidate's (and modules it forgot to import)."""
+    bound, used = set(), []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (used.append if isinstance(node.ctx, ast.Load) else bound.add)(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return tuple(dict.fromkeys(name for name in used if name not in bound and not hasattr(builtins, name)))
+
+
+def unittest_tests(setup: str) -> list[str]:
+    """One test per ``test*`` method of each ``unittest.TestCase`` class defined in ``setup``
+    (``TestX('test_a').debug()``: the method's failure raises), in order; [] when there is none."""
+    tests = []
+    for node in ast.parse(setup).body:
+        if isinstance(node, ast.ClassDef) and any(_names_test_case(base) for base in node.bases):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
+                    tests.append(f"{node.name}({item.name!r}).debug()")
+    return tests
+
+
+def _names_test_case(base: ast.expr) -> bool:
+    return (isinstance(base, ast.Attribute) and base.attr == "TestCase") or (
+        isinstance(base, ast.Name) and base.id == "TestCase"
+    )
 
 
 _SUPPORTED_ASSERTS = (
@@ -421,6 +581,8 @@ def tests_to_json(spec: TestSpec) -> Any:
     """The row form of a checked spec: a list of assert strings, of {"input", "output"} objects, or a {"fn_name", "inputs", "outputs"} object."""
     if isinstance(spec, FunctionTests):
         return {"fn_name": spec.fn_name, "inputs": list(spec.inputs), "outputs": list(spec.outputs)}
+    if isinstance(spec, TestProgram):
+        return {"setup": spec.setup, "tests": list(spec.tests), "names": list(spec.names)}
     return [case._asdict() if isinstance(case, StdioCase) else case for case in spec]
 
 
@@ -438,7 +600,11 @@ __all__ = [
     "CodeTask",
     "FunctionTests",
     "StdioCase",
+    "TestProgram",
     "TestSpec",
+    "free_names",
+    "program_with_imports",
+    "unittest_tests",
     "checked_tests",
     "load_code_tasks",
     "task_to_row",

@@ -16,6 +16,7 @@ format, see :mod:`dapo_rllib.data.convert`.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import math
@@ -37,7 +38,7 @@ REQUIRED_COLUMNS = ("prompt", "reward_model")
 #: ``data_source`` of rows that do not name one (DAPO-Math-17K's own value).
 DEFAULT_DATA_SOURCE = "math_dapo"
 #: File suffixes :func:`read_rows` understands.
-SUPPORTED_SUFFIXES = (".parquet", ".jsonl")
+SUPPORTED_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz")
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,8 @@ def read_rows(path: Path, what: str) -> list[dict[str, Any]]:
     """
     if not path.exists():
         raise FileNotFoundError(f"{what} file not found: {path}")
-    suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
+    suffix = next((suffix for suffix in SUPPORTED_SUFFIXES if path.name.lower().endswith(suffix)), None)
+    if suffix is None:
         raise ValueError(
             f"unsupported {what} file suffix {path.suffix!r} for {path}; "
             f"supported suffixes: {', '.join(SUPPORTED_SUFFIXES)}"
@@ -313,7 +314,8 @@ def iter_utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
     Raises:
         ValueError: A line is not valid UTF-8.
     """
-    with path.open("rb") as f:
+    # gzip: how HumanEval ships (HumanEval.jsonl.gz)
+    with gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb") as f:
         for line_number, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")

@@ -48,6 +48,8 @@ from typing import Any, Final, NamedTuple
 
 from dapo_rllib.contracts import ScoreResult
 from dapo_rllib.data.code_tasks import Call, CodeTask, short_repr
+from dapo_rllib.rewards.data_values import NotData, dump, load, parse_json
+from dapo_rllib.rewards.program_judge import CANDIDATE_SERVER, judge_program
 from dapo_rllib.sandbox import Sandbox, SandboxResult
 
 __all__ = [
@@ -65,7 +67,7 @@ __all__ = [
 ]
 
 #: Why a candidate failed (``None`` in the result when it passed every test).
-FAILURES: Final = ("no code", "syntax error", "runtime error", "wrong answer", "timeout", "memory limit")
+FAILURES: Final = ("no code", "syntax error", "runtime error", "wrong answer", "timeout", "memory limit", "broken task")
 #: ``"binary"``: +1 when every test passes, else -1 (DAPO's reward). ``"fraction"``: the
 #: fraction of tests passed, in [0, 1].
 REWARD_MODES: Final = ("binary", "fraction")
@@ -77,6 +79,7 @@ class CodeScoreResult(ScoreResult):
     tests_passed: int
     tests_total: int
     failure: str | None
+    broken_task: str | None  # why the task's own tests failed (not the candidate's fault), else None
 
 
 class CaseReport(NamedTuple):
@@ -91,17 +94,26 @@ class CaseReport(NamedTuple):
 
 # A fenced block: the info string's first word is the language.
 _FENCED_BLOCK = re.compile(r"^```[ \t]*(?P<language>[^\s`]*)[^\n]*\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
+# With no closed block, at most one fence line: an opening one.
+_OPENING_FENCE = re.compile(r"^```[ \t]*(?P<language>[^\s`]*)[^\n]*\n", re.MULTILINE)
 _PYTHON_LANGUAGES: Final = ("", "python", "py", "python3")
 
 
 def extract_code(completion: str) -> str | None:
     """The candidate program in ``completion``.
 
-    The last fenced block tagged ``python``, ``py``, ``python3`` or untagged; without one, the
-    whole completion. ``None`` when that is empty or whitespace.
+    The last fenced block tagged ``python``, ``py``, ``python3`` or untagged; without one, what
+    follows an opening fence that is never closed (a completion cut short, or continuing a
+    completion-style prompt's open block); without either, the whole completion. ``None`` when
+    that is empty or whitespace.
     """
     blocks = [m["code"] for m in _FENCED_BLOCK.finditer(completion) if m["language"].lower() in _PYTHON_LANGUAGES]
-    code = blocks[-1] if blocks else completion
+    if blocks:
+        code = blocks[-1]
+    elif (opening := _OPENING_FENCE.search(completion)) and opening["language"].lower() in _PYTHON_LANGUAGES:
+        code = completion[opening.end() :]
+    else:
+        code = completion
     return code if code.strip() else None
 
 
@@ -110,68 +122,11 @@ def normalize_output(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 
 
-# Runs in the sandbox (stdlib only, as __main__). Its stdin: {"code": str, "calls": [[fn_name,
-# args, kwargs], ...]}. It answers on REPORT_FD: {"failure": "runtime error" | "memory limit"} when
-# the code itself fails, else one {"call": i, ...} line per call, flushed as it goes. Nothing in
-# here needs protecting: whatever the candidate changes, it only changes its own answers.
-_CALL_RUNNER: Final = r"""
-import json, os, sys
-
-request = json.loads(sys.stdin.read())
-
-
-def answer(line):
-    data = (json.dumps(line, allow_nan=False) + "\n").encode()
-    while data:
-        data = data[os.write(3, data):]
-
-
-def plain(value):
-    kind = type(value)
-    if value is None or kind in (bool, int, float, str):
-        return value
-    if kind in (list, tuple):
-        return [plain(item) for item in value]
-    if kind is dict and all(type(key) is str for key in value):
-        return {key: plain(item) for key, item in value.items()}
-    raise TypeError("not plain JSON data: %s" % kind.__name__)
-
-
-namespace = {"__name__": "solution"}
-try:
-    exec(compile(request["code"], "<solution>", "exec"), namespace)
-except SystemExit:
-    pass
-except MemoryError:
-    namespace.clear()
-    answer({"failure": "memory limit"})
-    os._exit(0)
-except BaseException:
-    answer({"failure": "runtime error"})
-    os._exit(0)
-for index, (name, args, kwargs) in enumerate(request["calls"]):
-    if name not in namespace:
-        answer({"call": index, "error": "runtime error", "detail": "the program defines no %s" % name})
-        continue
-    try:
-        value = namespace[name](*args, **kwargs)
-    except MemoryError:
-        answer({"call": index, "error": "memory limit"})
-        continue
-    except BaseException as error:
-        answer({"call": index, "error": "runtime error", "detail": ("%s: %s" % (type(error).__name__, error))[:200]})
-        continue
-    try:
-        answer({"call": index, "value": plain(value)})
-    except (TypeError, ValueError, RecursionError):  # not JSON data, NaN, a 5000-digit int, too deep
-        answer({"call": index, "error": "unserialisable"})
-os._exit(0)
-"""
-# A call's outcome per what the runner said (an unserialisable value is a wrong answer).
+# A call's outcome per the candidate server's error (a value that is not data is a wrong answer).
 _CALL_ERRORS: Final = {
     "runtime error": "runtime error",
     "memory limit": "memory limit",
-    "unserialisable": "wrong answer",
+    "not data": "wrong answer",
 }
 
 
@@ -210,27 +165,30 @@ def judge_code_many(
     """
     if reward not in REWARD_MODES:
         raise ValueError(f"code reward must be one of {REWARD_MODES}, got {reward!r}")
-    pending = []  # (task, code, its sandbox runs as (program, stdin), or a failure before any run)
+    pending = []  # (task, the candidate's code, or its failure before any run)
     for completion, task in completions_and_tasks:
-        code = extract_code(completion)
+        code = extract_code(task.completion_prefix + completion)
         failure = "no code" if code is None else None if _compiles(code) else "syntax error"
-        pending.append((task, code, [] if failure else _runs(code, task), failure))
-    results = iter(sandbox.run_many([run for _, _, runs, _ in pending for run in runs]))
-    judged = []
-    for task, code, runs, failure in pending:
+        pending.append((task, code, failure))
+    # A job per task (its runs belong together), all on the sandbox's pool.
+    jobs = [(task, code) for task, code, failure in pending if not failure]
+    judged = iter(sandbox.map(lambda job: _judged(*job, sandbox), jobs))
+    results = []
+    for task, _, failure in pending:
         if failure:
-            reports, met_tests, timed_out = (
-                [_report(task, i, failure, failure) for i in range(task.num_tests)],
-                False,
-                False,
-            )
+            verdict = _Verdict([_report(task, i, failure, failure) for i in range(task.num_tests)], False, False)
         else:
-            run_results = [next(results) for _ in runs]
-            reports, met_tests = _judged(task, run_results)
-            timed_out = any(_ran_out_of_time(result) for result in run_results)
-        outcomes = [report.outcome for report in reports]
-        judged.append((_result(task, reward, outcomes, met_tests, timed_out), reports))
-    return judged
+            verdict = next(judged)
+        outcomes = [report.outcome for report in verdict.reports]
+        results.append((_result(task, reward, outcomes, verdict), verdict.reports))
+    return results
+
+
+class _Verdict(NamedTuple):
+    reports: list[CaseReport]
+    met_tests: bool  # the candidate ran and met its tests (answered a call, or ran a stdio case)
+    timed_out: bool
+    broken: str | None = None  # why the task itself is broken
 
 
 def _compiles(code: str) -> bool:
@@ -242,39 +200,64 @@ def _compiles(code: str) -> bool:
     return True
 
 
-def _runs(code: str, task: CodeTask) -> list[tuple[str, bytes]]:
-    """The sandbox runs that test ``code``: the program itself per stdio case, else one call runner."""
+def _judged(task: CodeTask, code: str, sandbox: Sandbox) -> _Verdict:
+    """Run ``code`` against ``task``'s tests in the way its kind needs."""
     if task.kind == "stdio":
-        return [(code, case.input.encode()) for case in task.tests]
-    calls = [[call.fn_name, call.args, call.kwargs] for test in task.calls for call in test]
-    return [(_CALL_RUNNER, json.dumps({"code": code, "calls": calls}).encode())]
+        return _judged_stdio(task, code, sandbox)
+    if task.judged_by_calls:
+        return _judged_calls(task, code, sandbox)
+    return _judged_program(task, code, sandbox)
 
 
-def _judged(task: CodeTask, results: Sequence[SandboxResult]) -> tuple[list[CaseReport], bool]:
-    """(a report per test, whether the candidate met its tests)."""
-    if task.kind == "stdio":
-        reports = [
-            _report(task, i, _stdio_outcome(result, case.output), _shown(result.stdout) or _run_failure(result))
-            for i, (result, case) in enumerate(zip(results, task.tests))
-        ]
-        return reports, True
-    (result,) = results
+def _judged_stdio(task: CodeTask, code: str, sandbox: Sandbox) -> _Verdict:
+    """One run of the program per case, its stdout compared here."""
+    results = [sandbox.run(code, case.input.encode()) for case in task.tests]
+    reports = [
+        _report(task, i, _stdio_outcome(result, case.output), _shown(result.stdout) or _run_failure(result))
+        for i, (result, case) in enumerate(zip(results, task.tests))
+    ]
+    return _Verdict(reports, True, any(_ran_out_of_time(result) for result in results))
+
+
+def _judged_calls(task: CodeTask, code: str, sandbox: Sandbox) -> _Verdict:
+    """One run of the candidate server, given every call at once; the answers compared here."""
     calls = [call for test in task.calls for call in test]
+    requests = [
+        {
+            "id": i,
+            "name": call.fn_name,
+            "args": [dump(arg) for arg in call.args],
+            "kwargs": {key: dump(value) for key, value in call.kwargs.items()},
+        }
+        for i, call in enumerate(calls)
+    ]
+    stdin = "".join(json.dumps(message) + "\n" for message in [code, *requests]).encode()
+    result = sandbox.run(CANDIDATE_SERVER, stdin)
+    timed_out = _ran_out_of_time(result)
     answers, failure = _call_answers(result.report, len(calls))
     if failure is not None:
-        return [
-            _report(task, i, failure, f"the program failed before any call ({failure})") for i in range(task.num_tests)
-        ], True
+        detail = f"the program failed before any call ({failure})"
+        return _Verdict([_report(task, i, failure, detail) for i in range(task.num_tests)], True, timed_out)
     unanswered = _run_failure(result)
     judged = iter([(_call_outcome(call, answers.get(i), unanswered), answers.get(i)) for i, call in enumerate(calls)])
     reports = []
     # A test passes when all its calls do; it fails as its first failed call.
-    for i, test in enumerate(task.calls):
+    for test in task.calls:
         outcomes = [next(judged) for _ in test]
         failed = next(((call, o, a) for call, (o, a) in zip(test, outcomes) if o != "pass"), None)
         call, outcome, answer = failed or (test[0], "pass", outcomes[0][1])
         reports.append(CaseReport(call_text(call), outcome, _got(answer, unanswered), short_repr(call.expected)))
-    return reports, bool(answers)
+    return _Verdict(reports, bool(answers), timed_out)
+
+
+def _judged_program(task: CodeTask, code: str, sandbox: Sandbox) -> _Verdict:
+    """The task's test program in a sandbox of its own, calling the candidate in another."""
+    verdict = judge_program(code, task.program, sandbox)
+    reports = [
+        CaseReport(_shown(test.encode()), outcome, detail, "no exception")
+        for test, outcome, detail in zip(task.program.tests, verdict.outcomes, verdict.details)
+    ]
+    return _Verdict(reports, verdict.answered, verdict.timed_out, verdict.broken)
 
 
 def _report(task: CodeTask, i: int, outcome: str, got: str) -> CaseReport:
@@ -282,6 +265,8 @@ def _report(task: CodeTask, i: int, outcome: str, got: str) -> CaseReport:
     if task.kind == "stdio":
         case = task.tests[i]
         return CaseReport(_shown(case.input.encode()), outcome, got, _shown(case.output.encode()))
+    if not task.judged_by_calls:
+        return CaseReport(_shown(task.program.tests[i].encode()), outcome, got, "no exception")
     call = task.calls[i][0]
     return CaseReport(call_text(call), outcome, got, short_repr(call.expected))
 
@@ -307,31 +292,36 @@ def _shown(data: bytes, limit: int = 200) -> str:
 
 
 def _call_answers(report: bytes, num_calls: int) -> tuple[dict[int, dict], str | None]:
-    """({call index: its answer line}, the code's own failure or None) from the runner's lines.
+    """({call index: its answer, the value decoded}, the code's own failure or None) from the server's lines.
 
     A line that is not a JSON object of the expected shape is ignored; a call answered twice
-    (the candidate wrote lines of its own) counts as a runtime error.
+    (the candidate wrote lines of its own) counts as a runtime error; a value that is not data
+    (:mod:`dapo_rllib.rewards.data_values`) as the server's "not data".
     """
     answers: dict[int, dict] = {}
     failure = None
     for line in report.splitlines():
         try:
-            fields = json.loads(line, parse_constant=_refuse_constant)
-        except (ValueError, RecursionError):  # also UnicodeDecodeError, NaN, a 5000-digit int
+            fields = parse_json(line)
+        except NotData:
             continue
         if not isinstance(fields, dict):
             continue
         if fields.get("failure") in ("runtime error", "memory limit"):
             failure = failure or fields["failure"]
             continue
-        index = fields.get("call")
-        if type(index) is int and 0 <= index < num_calls and ("value" in fields or fields.get("error") in _CALL_ERRORS):
-            answers[index] = {"error": "runtime error"} if index in answers else fields
+        index = fields.get("id")
+        if not (type(index) is int and 0 <= index < num_calls):
+            continue
+        if "value" in fields:
+            try:
+                fields["value"] = load(fields["value"])
+            except NotData as error:
+                fields = {"error": "not data", "detail": str(error)}
+        elif fields.get("error") not in _CALL_ERRORS:
+            continue
+        answers[index] = {"error": "runtime error", "detail": "answered twice"} if index in answers else fields
     return answers, failure if not answers else None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON data")
 
 
 def _call_outcome(call: Call, answer: dict | None, unanswered: str) -> str:
@@ -341,12 +331,22 @@ def _call_outcome(call: Call, answer: dict | None, unanswered: str) -> str:
         return _CALL_ERRORS[answer["error"]]
     value = answer["value"]
     right = {
-        "==": lambda: value == call.expected,
+        "==": lambda: _as_json_values(value) == call.expected,
         "is": lambda: value is call.expected,  # None, True and False decode to the singletons
         "truthy": lambda: bool(value),
         "falsy": lambda: not value,
     }[call.compare]()
     return "pass" if right else "wrong answer"
+
+
+def _as_json_values(value: Any) -> Any:
+    """``value`` with its tuples as lists, at any depth: the expected values are JSON, where a
+    tuple is written as a list (APPS' outputs, an assert's tuple literal)."""
+    if type(value) in (list, tuple):
+        return [_as_json_values(item) for item in value]
+    if type(value) is dict:
+        return {key: _as_json_values(item) for key, item in value.items()}
+    return value
 
 
 def _run_failure(result: SandboxResult) -> str:
@@ -372,18 +372,19 @@ def _stdio_outcome(result: SandboxResult, expected: str) -> str:
     return "pass" if normalize_output(output) == normalize_output(expected) else "wrong answer"
 
 
-def _result(task: CodeTask, reward: str, outcomes: list[str], met_tests: bool, timed_out: bool) -> CodeScoreResult:
+def _result(task: CodeTask, reward: str, outcomes: list[str], verdict: _Verdict) -> CodeScoreResult:
     passed, total = outcomes.count("pass"), task.num_tests
-    acc = passed == total
+    acc = passed == total and verdict.broken is None
     return CodeScoreResult(
         score=(1.0 if acc else -1.0) if reward == "binary" else passed / total,
         acc=acc,
         # No signature for a candidate that never met its tests: it casts no majority vote.
-        pred="".join("P" if outcome == "pass" else "F" for outcome in outcomes) if met_tests else None,
+        pred="".join("P" if outcome == "pass" else "F" for outcome in outcomes) if verdict.met_tests else None,
         tests_passed=passed,
         tests_total=total,
-        failure=next((outcome for outcome in outcomes if outcome != "pass"), None),
-        score_timed_out=timed_out,
+        failure="broken task" if verdict.broken else next((outcome for outcome in outcomes if outcome != "pass"), None),
+        broken_task=verdict.broken,
+        score_timed_out=verdict.timed_out,
     )
 
 
