@@ -20,6 +20,7 @@ INFO_KEYS = {
     "tests_passed",
     "tests_total",
     "failure",
+    "broken_task",
     "score_timed_out",
 }
 
@@ -57,6 +58,7 @@ def test_correct_solution_gets_plus_one():
         "data_source": "code_arithmetic",
         "tests_passed": 4,
         "tests_total": 4,
+        "broken_task": None,
         "failure": None,
         "score_timed_out": False,
     }

@@ -6,12 +6,13 @@ Every candidate really runs in the sandbox; one small-limit sandbox serves the m
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import pytest
 
 from dapo_rllib.data.code_tasks import CodeTask
-from dapo_rllib.rewards.code import _runs, extract_code, normalize_output, score_code, score_code_many
+from dapo_rllib.rewards.code import extract_code, judge_code_many, normalize_output, score_code, score_code_many
 from dapo_rllib.sandbox import Sandbox, SandboxLimits
 
 TIMEOUT_S = 2.0
@@ -33,6 +34,14 @@ def _task(kind: str, tests) -> CodeTask:
 TASKS = {
     "assert": _task("assert", ["assert add(1, 2) == 3", "assert add(3, 4) == 7", "assert add(-1, 1) == 0"]),
     "function": _task("function", {"fn_name": "add", "inputs": [[1, 2], [3, 4], [-1, 1]], "outputs": [3, 7, 0]}),
+    # A test program as benchmarks ship them: a tolerance check, a loop, a helper checking `candidate`.
+    "program": _task(
+        "program",
+        {
+            "setup": "def check(candidate):\n    assert candidate(-1, 1) == 0\n",
+            "tests": ["assert abs(add(1, 2) - 3) < 1e-9", "for a, b in [(3, 4)]:\n    assert add(a, b) == 7", "check(add)"],
+        },
+    ),
     "stdio": _task(
         "stdio",
         [
@@ -107,6 +116,7 @@ def test_correct_candidate_passes(sandbox, kind):
         "tests_passed": 3,
         "tests_total": 3,
         "failure": None,
+        "broken_task": None,
         "score_timed_out": False,
     }
 
@@ -230,7 +240,7 @@ def test_stdio_system_exit_after_the_output(sandbox, exit_call, passes):
 # The verdict lives in this process; each attack below is a wrong solution (it multiplies) that
 # tries to make the judge believe otherwise, and must score as the wrong solution it is.
 
-CALL_FORMATS = ["assert", "function"]
+CALL_FORMATS = ["assert", "function", "program"]
 
 
 @pytest.mark.parametrize("kind", CALL_FORMATS)
@@ -243,7 +253,12 @@ def test_system_exit_ends_the_candidate_but_the_tests_still_run(sandbox, kind):
 
 @pytest.mark.parametrize(
     ("kind", "failure", "pred"),
-    [("assert", "runtime error", None), ("function", "runtime error", None), ("stdio", "wrong answer", "FFF")],
+    [
+        ("assert", "runtime error", None),
+        ("function", "runtime error", None),
+        ("program", "runtime error", None),
+        ("stdio", "wrong answer", "FFF"),
+    ],
 )
 def test_os_exit_is_not_a_pass(sandbox, kind, failure, pred):
     # Call formats: nothing answered. stdio: exit status 0, but the buffered output never left.
@@ -297,14 +312,14 @@ def test_attacks_on_the_verdict_score_as_the_wrong_solution(sandbox, kind, attac
 @pytest.mark.parametrize("kind", CALL_FORMATS)
 def test_the_candidates_process_never_holds_the_expected_values(sandbox, kind):
     # A spy with the run's own powers: every object the garbage collector knows, every frame
-    # up the stack, what is left of stdin, the files of its work dir. It reports how often it
-    # saw the marker that only the expected value carries.
+    # up the stack, what is left of stdin, the files of its work dir. It answers how often it
+    # saw the marker that only the expected value carries; its answer comes back in the report.
     marker = "EXPECTED-" + uuid.uuid4().hex
-    tests = (
-        [f"assert spy(1) == {marker!r}"]
-        if kind == "assert"
-        else {"fn_name": "spy", "inputs": [[1]], "outputs": [marker]}
-    )
+    tests = {
+        "assert": [f"assert spy(1) == {marker!r}"],
+        "function": {"fn_name": "spy", "inputs": [[1]], "outputs": [marker]},
+        "program": {"setup": f"EXPECTED = {marker!r}\n", "tests": ["seen = spy(1)\nassert seen == EXPECTED, seen"]},
+    }[kind]
     spy = (
         "import gc, os, re, sys\n"
         "def spy(x):\n"
@@ -314,14 +329,12 @@ def test_the_candidates_process_never_holds_the_expected_values(sandbox, kind):
         "        seen += [repr(frame.f_locals), repr(frame.f_globals)]\n"
         "        frame = frame.f_back\n"
         "    seen += [sys.stdin.read()] + [open(f).read() for f in os.listdir('.') if os.path.isfile(f)]\n"
-        "    print('objects seen', len(seen), 'with the marker', sum(bool(re.search('EXPECTED-[0-9a-f]{32}', text)) for text in seen), flush=True)\n"
-        "    return 0\n"
+        "    return 'seen %d, marked %d' % (len(seen), sum(bool(re.search('EXPECTED-[0-9a-f]{32}', t)) for t in seen))\n"
     )
-    (run,) = _runs(spy, _task(kind, tests))
-    result = sandbox.run(*run)
-    seen, with_marker = result.stdout.split()[2], result.stdout.split()[-1]
-    assert int(seen) > 1000 and with_marker == b"0", result.stdout
-    assert marker.encode() not in result.stdout + result.stderr + result.report
+    ((result, (report,)),) = judge_code_many([(spy, _task(kind, tests))], sandbox)
+    assert result["failure"] == "wrong answer" and marker not in report.got, report
+    seen, marked = re.search(r"seen (\d+), marked (\d+)", report.got).groups()
+    assert int(seen) > 1000 and marked == "0", report
 
 
 def test_assert_forms_are_judged_here(sandbox):
@@ -348,7 +361,8 @@ def test_object_equal_to_everything_does_not_pass_function_tests(sandbox):
         "    __hash__ = int.__hash__\n"
         "def add(a, b):\n    return Anything(0)\n"
     )
-    assert _summary(_score(sandbox, code, "function")) == (-1.0, False, 0, "wrong answer", "FFF")
+    # Only its data crosses, an int 0: right for add(-1, 1) alone.
+    assert _summary(_score(sandbox, code, "function")) == (-1.0, False, 1, "wrong answer", "FFP")
 
 
 def test_function_results_are_compared_as_json(sandbox):
@@ -398,7 +412,7 @@ def test_batch_scoring_equals_one_by_one(sandbox):
     for reward in ("binary", "fraction"):
         batch = score_code_many(pairs, sandbox, reward=reward)
         assert batch == [score_code(completion, task, sandbox, reward=reward) for completion, task in pairs]
-    assert [result["pred"] for result in batch] == ["PPP", "PPF", None, None, None] * 2 + [
+    assert [result["pred"] for result in batch] == ["PPP", "PPF", None, None, None] * 3 + [
         "PPP",
         "PPF",
         None,

@@ -18,6 +18,7 @@ from dapo_rllib.data.code_arithmetic import (
     reference_solution,
 )
 from dapo_rllib.data.code_tasks import (
+    TestProgram,
     CODE_PROMPT_TEMPLATE,
     Call,
     CodeTask,
@@ -316,23 +317,41 @@ def test_assert_tests_become_calls(test, calls):
 
 
 @pytest.mark.parametrize(
-    "test",
+    ("test", "names"),
     [
-        "x = add(1, 2)",
-        "assert add(1, 2) == {3}",
-        "assert abs(f(1) - 0.5) < 1e-9",
-        "assert f(*args) == 1",
-        "assert Solution().f(1) == 2",
-        "assert f(1) == g(2)",
-        "assert f(1) == float('inf')",
-        "assert f({1: 2}) == 1",
-        "assert f(1) in (1, 2)",
+        ("x = add(1, 2)", ("f", "add")),
+        ("assert add(1, 2) == {3}", ("f", "add")),
+        ("assert abs(f(1) - 0.5) < 1e-9", ("f",)),
+        ("assert Solution().f(1) == 2", ("f", "Solution")),
+        ("assert f(1) == g(2)", ("f", "g")),
+        ("assert f(1) == float('inf')", ("f",)),
+        ("assert f({1: 2}) == 1", ("f",)),
+        ("for n in range(3):\n    assert f(n) in (n, n + 1)", ("f",)),
+        ("assert math.isclose(f(1), 1.0)", ("f",)),  # a module MBPP's tests forget to import
     ],
 )
-def test_assert_tests_that_cannot_be_judged_outside_the_candidate_are_refused_on_load(tmp_path, test):
+def test_tests_of_any_form_load_as_a_test_program(tmp_path, test, names):
     path = _write([{"prompt": PROMPT, "tests": ["assert f(1) == 1", test]}], tmp_path / "tasks.jsonl")
-    with pytest.raises(
-        ValueError,
-        match=r"row 0 of .*test 1: cannot be checked outside the candidate's process: .*supported: `assert f\(<literals>\) == <literal>`",
-    ):
+    (task,) = load_code_tasks(path)
+    assert task.kind == "assert" and not task.judged_by_calls
+    imports = "import math\n" if "math." in test else ""
+    assert task.program == TestProgram(imports, ("assert f(1) == 1", test), names)
+
+
+def test_literal_assert_tests_are_judged_by_calls(tmp_path):
+    path = _write([{"prompt": PROMPT, "tests": ["assert f(1) == 1", "assert f(2) is None"]}], tmp_path / "tasks.jsonl")
+    (task,) = load_code_tasks(path)
+    assert task.judged_by_calls and [call.fn_name for (call,) in task.calls] == ["f", "f"]
+
+
+@pytest.mark.parametrize(
+    ("tests", "error"),
+    [
+        (["assert f(1) == "], r"test 0 is not valid Python"),
+        (["assert 1 == 1"], r"the tests call no function of the candidate"),
+    ],
+)
+def test_tests_that_judge_nothing_are_refused_on_load(tmp_path, tests, error):
+    path = _write([{"prompt": PROMPT, "tests": tests}], tmp_path / "tasks.jsonl")
+    with pytest.raises(ValueError, match=r"row 0 of .*" + error):
         load_code_tasks(path)

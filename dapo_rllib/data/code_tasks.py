@@ -108,6 +108,8 @@ class TestProgram:
             stands for the candidate's (bound after the setup, so over any stub of the same name).
     """
 
+    __test__ = False  # not a pytest class, whatever its name
+
     setup: str
     tests: tuple[str, ...]
     names: tuple[str, ...]
@@ -442,7 +444,10 @@ def free_names(code: str) -> tuple[str, ...]:
     bound, used = set(), []
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Name):
-            (used.append if isinstance(node.ctx, ast.Load) else bound.add)(node.id)
+            if isinstance(node.ctx, ast.Load):
+                used.append(node)
+            else:
+                bound.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, ast.arg):
@@ -451,7 +456,8 @@ def free_names(code: str) -> tuple[str, ...]:
             bound.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
-    return tuple(dict.fromkeys(name for name in used if name not in bound and not hasattr(builtins, name)))
+    used.sort(key=lambda node: (node.lineno, node.col_offset))  # in the order the code reads
+    return tuple(dict.fromkeys(n.id for n in used if n.id not in bound and not hasattr(builtins, n.id)))
 
 
 def unittest_tests(setup: str) -> list[str]:

@@ -296,11 +296,12 @@ class _Session:
         setup = {"setup": self.program.setup, "tests": list(self.program.tests), "names": list(self.program.names)}
         self.candidate.send(_line(code), self.candidate_time.left)
         self.tests.send(_line(setup), self.test_time.left)
-        started = self._candidate_message()
+        started = self._candidate_message(expected=("ready", "failure"))
         if started is None or "ready" not in started:
             failure = "runtime error" if started is None else started.get("failure", "runtime error")
             failure = "timeout" if self.dead == "timeout" else failure
-            return self._all_failed(failure, f"the program failed before any call ({failure})")
+            # A program that said why it failed met its tests, as the call runner counts it.
+            return self._all_failed(failure, f"the program failed before any call ({failure})", started is not None)
         outcomes: dict[int, tuple[str, str]] = {}
         while True:
             line = self.test_time.wait(self.tests.receive_line)
@@ -388,8 +389,9 @@ class _Session:
             return _error(index, error, str(answer.get("detail", ""))[:300], kind if isinstance(kind, str) else "")
         return _error(index, "runtime error", f"the program answered with something else: {_shown(answer)}")
 
-    def _candidate_message(self) -> dict | None:
-        """The candidate's next JSON object (lines that are not are skipped); None once it is gone."""
+    def _candidate_message(self, expected: tuple[str, ...] = ("id",)) -> dict | None:
+        """The candidate's next JSON object with one of the ``expected`` keys (other lines are
+        skipped); None once it is gone."""
         while self.dead is None:
             line = self.candidate_time.wait(self.candidate.receive_line)
             if line is None:
@@ -399,7 +401,7 @@ class _Session:
                 message = data_values.parse_json(line)
             except NotData:
                 continue
-            if isinstance(message, dict):
+            if isinstance(message, dict) and any(key in message for key in expected):
                 return message
         return None
 
@@ -415,9 +417,9 @@ class _Session:
         stderr = self.tests.stderr.decode(errors="replace").strip()
         return "the test program ended without a verdict" + (f": {stderr[-300:]}" if stderr else "")
 
-    def _all_failed(self, failure: str, detail: str) -> ProgramVerdict:
+    def _all_failed(self, failure: str, detail: str, met_tests: bool) -> ProgramVerdict:
         count = len(self.program.tests)
-        return ProgramVerdict((failure,) * count, (detail,) * count, False, failure == "timeout")
+        return ProgramVerdict((failure,) * count, (detail,) * count, met_tests, failure == "timeout")
 
     def _broken(self, why: str) -> ProgramVerdict:
         count = len(self.program.tests)
