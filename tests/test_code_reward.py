@@ -39,7 +39,11 @@ TASKS = {
         "program",
         {
             "setup": "def check(candidate):\n    assert candidate(-1, 1) == 0\n",
-            "tests": ["assert abs(add(1, 2) - 3) < 1e-9", "for a, b in [(3, 4)]:\n    assert add(a, b) == 7", "check(add)"],
+            "tests": [
+                "assert abs(add(1, 2) - 3) < 1e-9",
+                "for a, b in [(3, 4)]:\n    assert add(a, b) == 7",
+                "check(add)",
+            ],
         },
     ),
     "stdio": _task(

@@ -51,7 +51,9 @@ INSTRUCTION_TEMPLATE = (
     "```python\n{prompt}```\n\nAnswer with a single ```python code block."
 )
 MBPP_TEMPLATE = "{text} Your code should pass these tests:\n\n{tests}\n\nAnswer with a single ```python code block."
-LIVECODEBENCH_STARTER = "{question}\n\nUse this starter code:\n```python\n{starter}\n```\n\nAnswer with a single ```python code block."
+LIVECODEBENCH_STARTER = (
+    "{question}\n\nUse this starter code:\n```python\n{starter}\n```\n\nAnswer with a single ```python code block."
+)
 LIVECODEBENCH_STDIN = (
     "{question}\n\nRead the input from stdin and write the answer to stdout. Answer with a single ```python code block."
 )
@@ -136,12 +138,20 @@ def _livecodebench(row: Mapping[str, Any], where: str) -> dict:
         metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
         name = metadata.get("func_name") if isinstance(metadata, Mapping) else None
         if not (isinstance(name, str) and name.isidentifier()):
-            raise ValueError(f"{where}: functional tests need 'metadata' with a 'func_name', got {short_repr(metadata)}")
+            raise ValueError(
+                f"{where}: functional tests need 'metadata' with a 'func_name', got {short_repr(metadata)}"
+            )
         spec = {"program": {"tests": [_functional_test(name, case, where) for case in cases], "names": ["Solution"]}}
         content = LIVECODEBENCH_STARTER.format(question=question.strip(), starter=starter.rstrip())
     else:
-        raise ValueError(f"{where}: expected test cases of one testtype, 'stdin' or 'functional', got {sorted(map(str, kinds))}")
-    return {"data_source": row.get("data_source") or "livecodebench", "prompt": [{"role": "user", "content": content}], **spec}
+        raise ValueError(
+            f"{where}: expected test cases of one testtype, 'stdin' or 'functional', got {sorted(map(str, kinds))}"
+        )
+    return {
+        "data_source": row.get("data_source") or "livecodebench",
+        "prompt": [{"role": "user", "content": content}],
+        **spec,
+    }
 
 
 def _functional_test(name: str, case: Mapping[str, Any], where: str) -> str:
@@ -150,7 +160,9 @@ def _functional_test(name: str, case: Mapping[str, Any], where: str) -> str:
         args = [json.loads(line) for line in case["input"].split("\n") if line.strip()]
         expected = json.loads(case["output"])
     except (KeyError, AttributeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{where}: a functional case needs JSON 'input' lines and 'output' ({error}): {short_repr(case)}") from None
+        raise ValueError(
+            f"{where}: a functional case needs JSON 'input' lines and 'output' ({error}): {short_repr(case)}"
+        ) from None
     return f"assert Solution().{name}(*{args!r}) == {expected!r}"
 
 
@@ -161,7 +173,10 @@ def _test_cases(value: Any, where: str) -> list[dict]:
             value = json.loads(value)
         except json.JSONDecodeError:
             value = json.loads(_unpickled_string(value, where))
-    if not (isinstance(value, list) and all(isinstance(case, Mapping) and {"input", "output"} <= set(case) for case in value)):
+    if not (
+        isinstance(value, list)
+        and all(isinstance(case, Mapping) and {"input", "output"} <= set(case) for case in value)
+    ):
         raise ValueError(f"{where}: expected a list of {{input, output, testtype}} cases, got {short_repr(value)}")
     return [dict(case) for case in value]
 
@@ -181,4 +196,3 @@ def _unpickled_string(value: str, where: str) -> str:
     if not isinstance(text, str):
         raise ValueError(f"{where}: compressed test cases hold a {type(text).__name__}, expected a JSON string")
     return text
-

@@ -406,8 +406,10 @@ def _test_program(spec: Any) -> TestProgram:
     if not isinstance(setup, str):
         raise ValueError(f"'setup' must be Python code (a string), got {short_repr(setup)}")
     _check_python(setup, "the setup")
-    if tests is None:
-        tests, setup = unittest_tests(setup) or ([setup], "")
+    if tests is None:  # the test code as it ships: its unittest cases, or the whole of it as one test
+        tests = unittest_tests(setup)
+        if not tests:
+            tests, setup = [setup], ""
     tests = _non_empty_list(tests, "test statements (strings)")
     for i, test in enumerate(tests):
         if not isinstance(test, str) or not test.strip():
