@@ -21,6 +21,7 @@ class Info:
     ACC = "acc"  # correct (bool)
     PRED = "pred"  # the extracted answer, or None; majority voting compares these
     SCORE_TIMED_OUT = "score_timed_out"  # scoring ran out of time: scored wrong, counted
+    BROKEN_TASK = "broken_task"  # why the problem's own tests fail whatever the answer (code tasks), or None
     GROUND_TRUTH = "ground_truth"  # the problem's reference answer
     DATA_SOURCE = "data_source"  # the problem's data source (metrics are per source)
     PROBLEM_INDEX = "problem_index"  # the problem's index in the dataset; also the reset option that replays one
@@ -40,6 +41,7 @@ class Extras:
     ACC = Info.ACC  # 0/1 correctness
     TRUNCATED = "truncated"  # the response hit max_response_length
     SCORE_TIMED_OUT = Info.SCORE_TIMED_OUT  # scoring ran out of time: scored wrong, counted
+    BROKEN_TASK = Info.BROKEN_TASK  # why the task is broken ("" if it is not): its group is not trained on
     OVERLONG_PENALTY = "overlong_penalty"  # the soft overlong punishment added to the reward
     ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-prob of each token the model sampled in the turn (float32 array)
     END_REASON = "end_reason"  # why the episode ended (`dapo_rllib.rollout.EndReason` value)
@@ -84,6 +86,7 @@ class Metrics:
     GROUPS_ALL_WRONG_FRACTION = "groups_all_wrong_fraction"
     TRUNCATION_RATIO = "truncation_ratio"
     SCORING_TIMEOUTS = "scoring_timeouts"
+    BROKEN_TASKS = "broken_tasks"  # groups dropped because their task's tests are broken
     RESPONSE_LENGTH_MEAN = "response_length_mean"
     RESPONSE_LENGTH_MAX = "response_length_max"
     REWARD_MEAN = "reward_mean"

@@ -44,6 +44,7 @@ class ScoreResult(TypedDict):
     acc: bool  # correct
     pred: str | None  # the extracted answer (None: none found); majority voting compares these
     score_timed_out: NotRequired[bool]  # rating ran out of time (scored wrong); absent: False
+    broken_task: NotRequired[str | None]  # why the problem's own tests are broken (never trained on); absent: None
 
 
 class ScoreInfo(TypedDict):
@@ -55,6 +56,7 @@ class ScoreInfo(TypedDict):
     score_timed_out: bool
     ground_truth: str
     data_source: str
+    broken_task: NotRequired[str | None]  # set by task types whose tests can be broken (code)
 
 
 class ResetInfo(TypedDict):

@@ -23,7 +23,7 @@ from dapo_rllib.tools import load_tool_call_parser
 from dapo_rllib.validation import evaluate_heldout
 
 PROBLEM_SOURCE_KEYS = ("dataset", "split", "num_problems")  # env config keys that eval_dataset replaces
-DATA_FILE_SUFFIXES = (".parquet", ".jsonl")  # an eval_dataset with these names a file; others a built-in set
+DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".gz")  # an eval_dataset with these names a file; others a built-in set
 
 
 class DAPOConfig(AlgorithmConfig):

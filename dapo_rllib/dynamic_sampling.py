@@ -10,6 +10,7 @@ right or all wrong has zero advantage everywhere and would only dilute the batch
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,8 @@ from dapo_rllib.connectors import episode_value
 from dapo_rllib.problem_env import DrawOrder
 from dapo_rllib.rollout import EndReason
 from dapo_rllib.tools import ToolErrorKind
+
+logger = logging.getLogger(__name__)
 
 FILTER_METRICS = {"acc": Extras.ACC, "score": Extras.SCORE}  # filter_metric setting -> episode extra
 DRAW_ORDER = "draw_order"  # checkpoint key: the training data's position and the next group id
@@ -53,6 +56,7 @@ class GroupSampler:
             rounds += 1
             groups = group_episodes(self._round(num_prompts, metrics))
             generated.extend(groups)
+            groups = without_broken_tasks(groups)
             if not cfg.dynamic_sampling:
                 kept.extend(groups)
                 break
@@ -138,6 +142,7 @@ class GroupSampler:
             Metrics.GROUPS_ALL_WRONG_FRACTION: float(np.mean([a.max() == 0 for a in accs])),
             Metrics.TRUNCATION_RATIO: float(np.mean([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])),
             Metrics.SCORING_TIMEOUTS: sum(bool(episode_value(ep, Extras.SCORE_TIMED_OUT)) for ep in episodes),
+            Metrics.BROKEN_TASKS: sum(any(episode_value(ep, Extras.BROKEN_TASK) for ep in g) for g in generated),
             Metrics.RESPONSE_LENGTH_MEAN: float(lengths.mean()),
             Metrics.RESPONSE_LENGTH_MAX: int(lengths.max()),
             Metrics.REWARD_MEAN: float(np.mean([ep.get_return() for ep in episodes])),
@@ -184,6 +189,20 @@ def group_episodes(episodes: list) -> list[list]:
     for ep in episodes:
         groups[int(episode_value(ep, Extras.GROUP_ID))].append(ep)
     return list(groups.values())
+
+
+def without_broken_tasks(groups: list[list]) -> list[list]:
+    """The groups whose task's tests work: a broken task (tests that fail whatever the answer, see
+    `dapo_rllib.rewards.program_judge`) says nothing about the answers, so it is not trained on;
+    each one dropped is logged as a warning with why, and counted (rollout/broken_tasks)."""
+    healthy = []
+    for group in groups:
+        why = next((episode_value(ep, Extras.BROKEN_TASK) for ep in group if episode_value(ep, Extras.BROKEN_TASK)), "")
+        if why:
+            logger.warning("dropped the group of a broken task (not trained on): %s", why)
+        else:
+            healthy.append(group)
+    return healthy
 
 
 def informative_groups(groups: list[list], metric_key: str) -> list[list]:

@@ -209,6 +209,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             Extras.ACC: float(info[Info.ACC]),
             Extras.TRUNCATED: rollout.truncated,
             Extras.SCORE_TIMED_OUT: bool(info.get(Info.SCORE_TIMED_OUT, False)),
+            Extras.BROKEN_TASK: info.get(Info.BROKEN_TASK) or "",
             Extras.OVERLONG_PENALTY: penalty,
             Extras.END_REASON: str(rollout.end),
             Extras.TURNS: len(rollout.turns),

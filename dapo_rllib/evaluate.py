@@ -38,6 +38,8 @@ from dapo_rllib.checkpoints import (
 )
 from dapo_rllib.columns import Metrics
 from dapo_rllib.contracts import EvalRecord
+from dapo_rllib.data.code_tasks import is_code_task_file
+from dapo_rllib.registry import CODE_ENV
 from dapo_rllib.tables import format_table
 
 # Reference lengths (docs/algorithm.md §5), cut to the model's context when it is shorter.
@@ -105,6 +107,8 @@ def evaluate(
             )
         prompt, response = _lengths_for(model, max_prompt_length, max_response_length)
         config = DAPOConfig().training(model_path=str(model))
+        if is_code_task_file(data):  # HumanEval, MBPP, LiveCodeBench or code-task rows: judged in the sandbox
+            config.environment(env=CODE_ENV)
         return _evaluate_dapo(
             config, model, out=out, **dapo_options | {"max_prompt_length": prompt, "max_response_length": response}
         )

@@ -18,12 +18,12 @@ from dapo_rllib.data.code_arithmetic import (
     reference_solution,
 )
 from dapo_rllib.data.code_tasks import (
-    TestProgram,
     CODE_PROMPT_TEMPLATE,
     Call,
     CodeTask,
     FunctionTests,
     StdioCase,
+    TestProgram,
     assert_calls,
     load_code_tasks,
     task_to_row,

@@ -21,7 +21,8 @@ from dapo_rllib.contracts import (
 
 def test_info_names_are_the_keys_of_the_info_types():
     assert ScoreResult.__required_keys__ == {Info.SCORE, Info.ACC, Info.PRED}
-    assert ScoreResult.__optional_keys__ == {Info.SCORE_TIMED_OUT}
+    assert ScoreResult.__optional_keys__ == {Info.SCORE_TIMED_OUT, Info.BROKEN_TASK}
+    assert ScoreInfo.__optional_keys__ == {Info.BROKEN_TASK}
     assert ScoreInfo.__required_keys__ == {
         Info.SCORE,
         Info.ACC,
@@ -40,11 +41,18 @@ def test_info_names_are_the_keys_of_the_info_types():
     assert ToolStepInfo.__required_keys__ == {Info.TOOL_CALLS, Info.TOOL_ERRORS, Info.TOOL_S}
     # Every name of Info is a key of one of them.
     names = {value for name, value in vars(Info).items() if name.isupper()}
-    assert names == ScoreInfo.__required_keys__ | ResetInfo.__required_keys__ | ToolStepInfo.__required_keys__
+    assert names == ScoreInfo.__required_keys__ | ScoreInfo.__optional_keys__ | ResetInfo.__required_keys__ | (
+        ToolStepInfo.__required_keys__
+    )
 
 
 def test_episode_extras_that_copy_the_info_have_its_names():
-    assert (Extras.SCORE, Extras.ACC, Extras.SCORE_TIMED_OUT) == (Info.SCORE, Info.ACC, Info.SCORE_TIMED_OUT)
+    assert (Extras.SCORE, Extras.ACC, Extras.SCORE_TIMED_OUT, Extras.BROKEN_TASK) == (
+        Info.SCORE,
+        Info.ACC,
+        Info.SCORE_TIMED_OUT,
+        Info.BROKEN_TASK,
+    )
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, TypeAlias
 
-from dapo_rllib.data.datasets import merge_repeats, messages_key, parse_prompt, read_rows
+from dapo_rllib.data.datasets import merge_repeats, messages_key, parse_prompt, read_rows, write_jsonl
 
 TASK_KINDS = ("assert", "stdio", "function", "program")
 #: The row key that holds each kind's tests (and the key of :attr:`CodeTask.ground_truth`).
@@ -243,6 +243,31 @@ def load_code_tasks(path: str | os.PathLike[str], *, humaneval_style: str = "com
     return merge_repeats([((messages_key(t.messages), t._tests_json), t) for t in tasks], "code tasks", path)
 
 
+def is_code_task_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a file whose first row is a code task (of this module's format, or a public
+    benchmark's: :mod:`dapo_rllib.data.code_benchmarks`); False for anything else, a missing file included."""
+    from dapo_rllib.data.code_benchmarks import benchmark_of
+
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        row = read_rows(path, "dataset")[0]
+    except ValueError:
+        return False
+    if benchmark_of(row) is not None:
+        return True
+    sources = _row_sources(row)
+    # A math row's reward_model.ground_truth is an answer; a verl code row's, an {inputs, outputs} object.
+    ground_truth = sources.pop("reward_model.ground_truth", None)
+    if isinstance(ground_truth, str):
+        try:
+            ground_truth = json.loads(ground_truth)
+        except json.JSONDecodeError:
+            ground_truth = None
+    return bool(sources) or isinstance(ground_truth, Mapping) and {"inputs", "outputs"} <= set(ground_truth)
+
+
 def task_to_row(task: CodeTask) -> dict:
     """A row of the file format that loads back as ``task`` (inverse of the loader)."""
     return {
@@ -250,6 +275,30 @@ def task_to_row(task: CodeTask) -> dict:
         "prompt": [dict(message) for message in task.messages],
         ROW_KEY_BY_KIND[task.kind]: tests_to_json(task.tests),
     }
+
+
+def write_code_tasks(tasks: Sequence[CodeTask], path: str | os.PathLike[str]) -> Path:
+    """Write ``tasks`` as a ``.parquet`` (or ``.jsonl``) file that :func:`load_code_tasks` loads back to
+    them, a row per copy. In parquet the tests other than statement lists are JSON strings (a column
+    holds one type)."""
+    path = Path(path)
+    rows = [task_to_row(task) for task in tasks for _ in range(task.copies)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".jsonl":
+        write_jsonl(rows, path)
+        return path
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    columns = [("data_source", pa.string()), ("prompt", pa.list_(message)), ("tests", pa.list_(pa.string()))]
+    columns += [(key, pa.string()) for key in ("stdio", "function", "program")]
+    table = [
+        {key: _compact_json(value) if key in ("stdio", "function", "program") else value for key, value in row.items()}
+        for row in rows
+    ]
+    pq.write_table(pa.Table.from_pylist(table, schema=pa.schema(columns)), path)
+    return path
 
 
 def _task_from_row(row: Mapping[str, Any], where: str, index: int, humaneval_style: str = "completion") -> CodeTask:
@@ -611,10 +660,12 @@ __all__ = [
     "TestProgram",
     "TestSpec",
     "free_names",
+    "is_code_task_file",
     "program_with_imports",
     "unittest_tests",
     "checked_tests",
     "load_code_tasks",
     "task_to_row",
+    "write_code_tasks",
     "tests_to_json",
 ]

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from dapo_rllib.data.code_benchmarks import HUMANEVAL_STYLES
+from dapo_rllib.data.code_tasks import is_code_task_file, load_code_tasks, write_code_tasks
 from dapo_rllib.data.datasets import (
     DEFAULT_DATA_SOURCE,
     MathProblem,
@@ -34,6 +36,7 @@ from dapo_rllib.data.datasets import (
     read_parquet_rows,
 )
 from dapo_rllib.data.prompts import DAPO_PROMPT_TEMPLATE, render_prompt_ids
+from dapo_rllib.registry import CODE_ENV
 
 logger = logging.getLogger("dapo_rllib.data")
 
@@ -253,7 +256,10 @@ def convert_to_dapo(
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the arguments of :func:`run_convert` to ``parser``."""
-    parser.add_argument("input", help="problems to convert: .jsonl, .parquet or .csv")
+    parser.add_argument(
+        "input",
+        help="problems to convert: .jsonl, .parquet or .csv; or code tasks (HumanEval, MBPP, LiveCodeBench rows, .jsonl.gz too)",
+    )
     parser.add_argument("output", help="DAPO-format .parquet file to write")
     parser.add_argument(
         "--question-field",
@@ -282,6 +288,12 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
         help="local Hugging Face model or tokenizer directory, to measure prompts for --max-prompt-length",
     )
     parser.add_argument(
+        "--humaneval-style",
+        choices=HUMANEVAL_STYLES,
+        default="completion",
+        help="HumanEval prompts: the model continues the function (completion, the benchmark's) or writes it whole (instruction)",
+    )
+    parser.add_argument(
         "--max-prompt-length",
         type=int,
         default=None,
@@ -289,8 +301,18 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_convert(args: argparse.Namespace) -> ConversionReport:
-    """Run :func:`convert_to_dapo` with parsed :func:`add_convert_arguments` arguments and print the report."""
+def run_convert(args: argparse.Namespace) -> ConversionReport | Path:
+    """Run :func:`convert_to_dapo` with parsed :func:`add_convert_arguments` arguments and print the report;
+    a file of code tasks (a public benchmark's, :mod:`dapo_rllib.data.code_benchmarks`) is written as
+    code-task rows instead."""
+    if is_code_task_file(args.input):
+        tasks = load_code_tasks(args.input, humaneval_style=args.humaneval_style)
+        path = write_code_tasks(tasks, args.output)
+        sources = ", ".join(sorted({task.data_source for task in tasks}))
+        print(
+            f"{len(tasks)} code tasks ({sources}) -> {path} (a dataset of the {CODE_ENV} env; rllib evaluate --data {path})"
+        )
+        return path
     report = convert_to_dapo(
         args.input,
         args.output,

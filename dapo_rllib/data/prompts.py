@@ -38,7 +38,8 @@ def render_prompt_ids(tokenizer: Any, messages: Iterable[Mapping[str, str]]) -> 
     """Token ids of the prompt the model sees for chat ``messages``.
 
     With a chat template: the template applied with ``add_generation_prompt=True``, so
-    the ids end where the assistant's reply starts. Without one: the message contents
+    the ids end where the assistant's reply starts; when the last message is the assistant's,
+    with ``continue_final_message=True``, so the ids end inside it and the model continues it. Without one: the message contents
     joined with a blank line and tokenized as plain text (roles dropped), which is logged
     as a warning the first time for each tokenizer.
 
@@ -49,7 +50,16 @@ def render_prompt_ids(tokenizer: Any, messages: Iterable[Mapping[str, str]]) -> 
     if not messages:
         raise ValueError("cannot render a prompt from no messages; expected at least one {'role', 'content'} message")
     if has_chat_template(tokenizer):
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        # A final assistant message is the start of the reply, which the model continues
+        # (completion-style prompts: HumanEval's function header).
+        prefilled = messages[-1]["role"] == "assistant"
+        ids = tokenizer.apply_chat_template(
+            messages,
+            add_generation_prompt=not prefilled,
+            continue_final_message=prefilled,
+            tokenize=True,
+            return_dict=False,
+        )
         return list(ids)
     _warn_plain_once(tokenizer)
     text = PLAIN_MESSAGE_SEPARATOR.join(message["content"] for message in messages)
