@@ -129,6 +129,8 @@ class ProblemSamples:
         tool_calls: Tool calls in each sample's episode (keyword only; empty: not reported).
         first_acc: Whether each sample's first answer was correct (keyword only; empty: the first answer
             was the last). In a task with feedback the model may answer again; ``acc`` is of its last answer.
+        broken_task: Why the problem's own tests are broken (keyword only; "": they are not). Its samples
+            count as wrong.
     """
 
     data_source: str
@@ -140,6 +142,7 @@ class ProblemSamples:
     turns: Sequence[int] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
     tool_calls: Sequence[int] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
     first_acc: Sequence[bool] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
+    broken_task: str = field(default="", kw_only=True)
 
     def __post_init__(self) -> None:
         sizes = {
@@ -199,4 +202,5 @@ class EvalRecord(ProblemSamples):
             turns=list(turns),
             tool_calls=list(tool_calls),
             first_acc=list(first_acc),
+            broken_task=next((info[Info.BROKEN_TASK] for info in infos if info.get(Info.BROKEN_TASK)), ""),
         )

@@ -83,6 +83,8 @@ def _summarize_source(source: str, problems: list[ProblemSamples]) -> dict[str, 
         Metrics.NUM_PROBLEMS: len(problems),
         Metrics.NUM_SAMPLES: n * len(problems),
     }
+    if broken := sum(bool(p.broken_task) for p in problems):  # code tasks whose tests fail whatever the answer
+        metrics[Metrics.BROKEN_TASKS] = broken
     # Episodes of several turns, or with tools: how many turns, how often a tool, how good the first answer.
     turns = [x for p in problems for x in p.turns]
     tool_calls = [x for p in problems for x in p.tool_calls]

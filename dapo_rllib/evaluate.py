@@ -226,6 +226,12 @@ def _evaluate_dapo(
             f"\n{prompts_truncated} of {len(records)} prompts were longer than max_prompt_length={config.max_prompt_length} tokens and were left-truncated",
             flush=True,
         )
+    if broken := [r for r in records if r.broken_task]:
+        print(
+            f"\n{len(broken)} problems have broken tests (scored wrong whatever the answer), e.g. "
+            f"problem {broken[0].problem_index}: {broken[0].broken_task}",
+            flush=True,
+        )
     print(f"\nresults (every number, per problem too): {out}", flush=True)
     return report
 
@@ -268,6 +274,7 @@ class ProblemSummary:
     response_length_mean: float
     truncated: int  # samples that hit max_response_length
     scoring_timeouts: int
+    broken_task: str  # why the problem's own tests are broken ("": they are not)
 
     @classmethod
     def of(cls, record: EvalRecord) -> ProblemSummary:
@@ -284,6 +291,7 @@ class ProblemSummary:
             response_length_mean=sum(record.length) / n,
             truncated=sum(record.truncated),
             scoring_timeouts=sum(record.timed_out),
+            broken_task=record.broken_task,
         )
 
 

@@ -7,8 +7,8 @@ from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from dapo_rllib.columns import Columns, Extras
-from dapo_rllib.connectors import GroupAdvantages, PadTokenBatch
-from dapo_rllib.dynamic_sampling import group_episodes, informative_groups
+from dapo_rllib.connectors import GroupAdvantages, PadTokenBatch, episode_value
+from dapo_rllib.dynamic_sampling import group_episodes, informative_groups, without_broken_tasks
 
 PAD = 0
 
@@ -19,7 +19,7 @@ def episode(prompt, response, reward, group_id, *, truncated=False, acc=None, ro
     return turns_episode(prompt, [(response, logp, [])], reward, group_id, truncated=truncated, acc=acc)
 
 
-def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None):
+def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None, broken_task=""):
     """An episode of `turns` [(model ids, vLLM log-probs, environment ids after)], shaped as the env runner
     builds it: a step per turn, the environment's ids the next observation, the reward at the end."""
     ep = SingleAgentEpisode()
@@ -36,6 +36,7 @@ def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None)
                 Extras.SCORE: reward,
                 Extras.ACC: float(reward > 0) if acc is None else acc,
                 Extras.TRUNCATED: truncated,
+                Extras.BROKEN_TASK: broken_task,
                 Extras.ROLLOUT_LOGP: np.asarray(logp, np.float32),
             },
         )
@@ -116,6 +117,20 @@ def test_informative_groups_keeps_mixed_and_single_member_groups():
     assert [len(g) for g in groups] == [2, 2, 2, 1]
     kept = informative_groups(groups, Extras.ACC)
     assert [int(g[0].get_extra_model_outputs(Extras.GROUP_ID, 0)) for g in kept] == [2, 3]
+
+
+def test_groups_of_broken_tasks_are_dropped_with_a_warning(caplog):
+    broken = "test 0 fails without calling the candidate: AssertionError"
+    eps = [
+        turns_episode([1], [([2], [-1.0], [])], 1.0, 0),
+        turns_episode([1], [([2], [-1.0], [])], -1.0, 0),
+        turns_episode([1], [([2], [-1.0], [])], -1.0, 1, broken_task=broken),
+        turns_episode([1], [([2], [-1.0], [])], 1.0, 1, broken_task=broken),
+    ]
+    with caplog.at_level("WARNING", logger="dapo_rllib.dynamic_sampling"):
+        kept = without_broken_tasks(group_episodes(eps))
+    assert [int(episode_value(g[0], Extras.GROUP_ID)) for g in kept] == [0]
+    assert caplog.messages == [f"dropped the group of a broken task (not trained on): {broken}"]
 
 
 def test_dynamic_sampling_groups_and_filters_multi_turn_episodes_by_their_outcome():

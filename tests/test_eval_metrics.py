@@ -5,6 +5,7 @@ import itertools
 
 import pytest
 
+from dapo_rllib.columns import Metrics
 from dapo_rllib.eval_metrics import ProblemSamples, k_values, majority_correct, pass_at_k, summarize
 
 
@@ -139,3 +140,14 @@ def test_problem_samples_need_one_value_per_sample():
         ProblemSamples(
             "aime", acc=[True, False], pred=["1"], length=[1, 2], truncated=[False, False], timed_out=[False, False]
         )
+
+
+def test_problems_with_broken_tests_are_counted():
+    broken = ProblemSamples(
+        "code", [False, False], [None, None], [3, 3], [False, False], [False, False], broken_task="why"
+    )
+    fine = ProblemSamples("code", [True, False], ["P", "F"], [3, 3], [False, False], [False, False])
+    metrics = summarize([broken, fine])["code"]
+    # Its samples count as wrong: avg@2 = (0/2 + 1/2) / 2
+    assert (metrics[Metrics.BROKEN_TASKS], metrics["avg@2"]) == (1, 0.25)
+    assert Metrics.BROKEN_TASKS not in summarize([fine])["code"]
