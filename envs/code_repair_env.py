@@ -51,7 +51,7 @@ class CodeRepairEnv(CodeEnv):
     def _feedback(self, problem: CodeTask, answer: str, info: ScoreInfo) -> list[dict] | None:
         """The failed public tests, or None (the episode ends) when the attempt passes them all."""
         ((result, reports),) = judge_code_many([(answer, self._tests(problem, public=True))], self._sandbox)
-        if result["acc"]:
+        if result["acc"] or result["broken_task"]:  # broken public tests have nothing to tell the model
             return None
         return [{"role": "user", "content": feedback_text(result["failure"], reports)}]
 
@@ -61,8 +61,10 @@ class CodeRepairEnv(CodeEnv):
         k = self._num_public
         if task.num_tests <= k:
             return task
+        part = slice(None, k) if public else slice(k, None)
         if task.kind == "function":
             inputs, outputs = task.tests.inputs, task.tests.outputs
-            part = slice(None, k) if public else slice(k, None)
             return dataclasses.replace(task, tests=FunctionTests(task.tests.fn_name, inputs[part], outputs[part]))
-        return dataclasses.replace(task, tests=task.tests[:k] if public else task.tests[k:])
+        if task.kind == "program":  # the same setup and names, a part of the tests
+            return dataclasses.replace(task, tests=dataclasses.replace(task.tests, tests=task.tests.tests[part]))
+        return dataclasses.replace(task, tests=task.tests[part])

@@ -98,3 +98,25 @@ def test_the_repair_warm_start_imitates_the_environments_own_feedback(sandbox_en
     assert (first, second) == (code_answer(task, "print"), code_answer(task, "return"))
     assert feedback == {"role": "user", "content": repair_feedback(task, "print")}
     assert repair_answer(task, "return") == [code_answer(task, "return")]
+
+
+def test_a_test_program_task_shows_its_failed_public_tests(sandbox_env):
+    tests = [
+        "assert abs(calc(3, 5) - 5) < 1e-9",
+        "for u in range(3):\n    assert calc(u, 9) == 9",
+        "assert calc(2, 1) == 2",
+    ]
+    program_task = CodeTask(task().messages, {"tests": tests}, "program", "code", 0)
+    env = sandbox_env.spawn()
+    reply = env._feedback(program_task, program("return u"), {})
+    assert reply == [
+        {
+            "role": "user",
+            "content": "Your program failed these tests:\n"
+            "assert abs(calc(3, 5) - 5) < 1e-9\n  failed: AssertionError\n"
+            "for u in range(3):\n    assert calc(u, 9) == 9\n  failed: AssertionError\n"
+            "Fix it and answer with the whole program again.",
+        }
+    ]
+    # The hidden test, the third, rates it: right.
+    assert env._score_batch([program_task], [program("return u")])[0]["acc"] is True

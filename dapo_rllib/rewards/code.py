@@ -86,10 +86,10 @@ class CaseReport(NamedTuple):
     """How a candidate did on one test, in words a model can act on (the multi-turn code environment's
     feedback). Candidate output in it is shortened, never evaluated."""
 
-    test: str  # the call ("add(1, 2)"), or for a stdio case its input
+    test: str  # the call ("add(1, 2)"), a stdio case's input, or a test program's test (its statement)
     outcome: str  # "pass" or one of FAILURES
     got: str  # what the candidate returned or printed, or what went wrong
-    expected: str
+    expected: str  # "" for a test program's test: the statement says what it expects
 
 
 # A fenced block: the info string's first word is the language.
@@ -254,7 +254,7 @@ def _judged_program(task: CodeTask, code: str, sandbox: Sandbox) -> _Verdict:
     """The task's test program in a sandbox of its own, calling the candidate in another."""
     verdict = judge_program(code, task.program, sandbox)
     reports = [
-        CaseReport(_shown(test.encode()), outcome, detail, "no exception")
+        CaseReport(_shown(test.encode()), outcome, detail, "")
         for test, outcome, detail in zip(task.program.tests, verdict.outcomes, verdict.details)
     ]
     return _Verdict(reports, verdict.answered, verdict.timed_out, verdict.broken)
@@ -266,7 +266,7 @@ def _report(task: CodeTask, i: int, outcome: str, got: str) -> CaseReport:
         case = task.tests[i]
         return CaseReport(_shown(case.input.encode()), outcome, got, _shown(case.output.encode()))
     if not task.judged_by_calls:
-        return CaseReport(_shown(task.program.tests[i].encode()), outcome, got, "no exception")
+        return CaseReport(_shown(task.program.tests[i].encode()), outcome, got, "")
     call = task.calls[i][0]
     return CaseReport(call_text(call), outcome, got, short_repr(call.expected))
 
@@ -388,6 +388,14 @@ def _result(task: CodeTask, reward: str, outcomes: list[str], verdict: _Verdict)
     )
 
 
+def _failure_line(report: CaseReport) -> str:
+    if not report.expected:  # a test program's test
+        return f"{report.test}\n  failed: {report.got}"
+    if report.outcome == "wrong answer":
+        return f"{report.test} returned {report.got}, expected {report.expected}"
+    return f"{report.test}: {report.got} (expected {report.expected})"
+
+
 #: Failed tests shown after an attempt (the first ones).
 MAX_FAILURES_SHOWN = 3
 
@@ -399,12 +407,7 @@ def feedback_text(failure: str | None, reports: Sequence[CaseReport]) -> str:
     if failure == "syntax error":
         return "Your program has a syntax error. Fix it and answer with the whole program again."
     failed = [report for report in reports if report.outcome != "pass"]
-    lines = [
-        f"{r.test} returned {r.got}, expected {r.expected}"
-        if r.outcome == "wrong answer"
-        else f"{r.test}: {r.got} (expected {r.expected})"
-        for r in failed[:MAX_FAILURES_SHOWN]
-    ]
+    lines = [_failure_line(r) for r in failed[:MAX_FAILURES_SHOWN]]
     more = f"\n(and {len(failed) - MAX_FAILURES_SHOWN} more)" if len(failed) > MAX_FAILURES_SHOWN else ""
     return (
         "Your program failed these tests:\n"

@@ -139,7 +139,8 @@ def send(message):
 
 
 def described(error):
-    return ("%s: %s" % (type(error).__name__, error))[:300]
+    message = str(error)
+    return (type(error).__name__ + (": " + message if message else ""))[:300]
 
 
 class CandidateError(Exception):
