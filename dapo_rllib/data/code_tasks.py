@@ -1,16 +1,20 @@
 """Code tasks: a prompt asking for Python code and the tests that judge it.
 
-Three test formats (``CodeTask.kind``), as found in public code-RL data:
+Four test formats (``CodeTask.kind``), as found in public code-RL data and benchmarks:
 
-- ``"assert"``: statements (``assert add(1, 2) == 3``, AceCode-87K's ``test_cases``), each
-  converted on load into calls and expected values (:func:`assert_calls`), so that the
-  verdict never runs inside the candidate's process; a statement of another form is refused;
+- ``"assert"``: statements, each a test (``assert add(1, 2) == 3``, AceCode-87K's ``test_cases``,
+  MBPP's ``test_list``; any Python: tolerance checks, loops, helper calls). When every statement is a
+  literal call (:func:`assert_calls`) the expected values stay in the trusted process and only the
+  calls reach the candidate; otherwise the statements run as a test program;
 - ``"stdio"``: cases ``{"input": str, "output": str}``: the candidate is run as a program with
   the input on stdin, and its stdout must equal the output up to trailing whitespace (APPS,
-  CodeContests);
+  CodeContests, LiveCodeBench's stdin tests);
 - ``"function"``: ``{"fn_name": str, "inputs": [[args...], ...], "outputs": [value, ...]}``:
   the candidate's function ``fn_name`` is called with each argument list and must return the
-  expected JSON value (APPS/TACO call-based problems).
+  expected JSON value (APPS/TACO call-based problems);
+- ``"program"``: a test program (:class:`TestProgram`: setup code, test statements, the candidate's
+  names they call), run in a sandbox of its own against the candidate (HumanEval's ``check``,
+  MBPP's ``test_setup_code``, unittest cases, LiveCodeBench's functional tests).
 
 A row of a ``.jsonl``/``.parquet`` file (:func:`load_code_tasks`)::
 
@@ -19,6 +23,12 @@ A row of a ``.jsonl``/``.parquet`` file (:func:`load_code_tasks`)::
      "tests": ["assert add(1, 2) == 3", ...]}                      # or one of:
      "stdio": [{"input": "1 2\\n", "output": "3\\n"}, ...]
      "function": {"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]}
+     "program": {"setup": "def check(f): ...", "tests": ["check(add)"], "names": ["add"]}
+                # or test code as a string: its unittest cases are the tests, else it is one test;
+                # "names" defaults to the names the tests use and never define
+
+Rows of the public benchmarks (HumanEval, MBPP, LiveCodeBench) load as they ship:
+:mod:`dapo_rllib.data.code_benchmarks`.
 
 Names used elsewhere are accepted too: ``test_cases`` (AceCode-87K) for ``tests``; and an
 ``{"inputs", "outputs"[, "fn_name"]}`` object, as a JSON string or not, in ``input_output``

@@ -12,19 +12,24 @@ Per format:
   input on stdin. The case passes when the program ended normally (exit status 0, which
   ``SystemExit`` with code 0 or None gives) and its stdout equals the expected output after
   :func:`normalize_output`.
-- ``function`` and ``assert``: the tests are calls (:attr:`CodeTask.calls`; ``assert`` tests
-  are converted when the task is loaded, and a statement that cannot be converted is refused
-  there). One sandbox run per candidate runs a fixed runner (``_CALL_RUNNER``): it reads the
-  candidate's code and the calls' arguments (never the expected values) from stdin, runs the
-  code as module ``solution`` (``SystemExit`` at its top level ends it, the calls still run),
-  then makes each call and writes the returned value as one JSON line per call to
-  :data:`dapo_rllib.sandbox.REPORT_FD`. A value that is not plain JSON data (None, bool, int,
-  float, str, list, tuple, dict with str keys: no subclasses) is a wrong answer, so an object
-  that claims to equal everything cannot pass. This process parses the lines with ``json`` only
-  (never unpickling or evaluating them) and compares each with the expected value: equality
-  of the JSON values (a tuple equals a list), identity for ``is None/True/False``. A candidate
-  that writes lines of its own can only answer the calls it was given: that is solving them.
-  Calls answered before a timeout or a crash count; the rest fail.
+- ``function``, and ``assert`` tasks whose every statement is a literal call (``assert
+  f(<literals>) == <literal>``, ``is None/True/False``, truthy, falsy; :attr:`CodeTask.judged_by_calls`):
+  one sandbox run per candidate of the candidate server
+  (:data:`dapo_rllib.rewards.program_judge.CANDIDATE_SERVER`), given the code and every call's
+  arguments (never the expected values) on stdin. It runs the code as module ``solution``
+  (``SystemExit`` at its top level ends it, the calls still run), makes each call and writes the
+  returned value, as data (:mod:`dapo_rllib.rewards.data_values`), one line per call to
+  :data:`dapo_rllib.sandbox.REPORT_FD`. This process decodes the lines with a data-only parser
+  (never unpickling or evaluating them) and compares each with the expected value: equality of the
+  values with tuples as lists (JSON has no tuples), identity for ``is None/True/False``. A value that
+  is not data is a wrong answer; an object that claims to equal everything cannot cross, only its
+  data can. A candidate that writes lines of its own can only answer the calls it was given: that is
+  solving them. Calls answered before a timeout or a crash count; the rest fail.
+- ``program``, and ``assert`` tasks with any other statement: the dataset's own test program runs in
+  a sandbox of its own and calls the candidate, in another, through this process
+  (:mod:`dapo_rllib.rewards.program_judge`). A test program that is itself broken (it crashes, runs
+  out of its time, fails a test without calling the candidate) makes the result a ``"broken task"``
+  (``broken_task`` says why), not the candidate's failure.
 
 Syntax errors are found here by compiling the code (nothing runs). A run's failures:
 ``"timeout"`` (wall clock or CPU time), ``"memory limit"`` (a ``MemoryError``), ``"runtime error"``
