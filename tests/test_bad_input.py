@@ -303,6 +303,26 @@ CODE_ROWS = [
         {"prompt": GOOD_PROMPT, "tests": []},
         [r"^row 0 of .*tasks\.jsonl", r"non-empty list"],
     ),
+    (
+        "a test that is not Python",
+        {"prompt": GOOD_PROMPT, "tests": ["assert add(1, 2) == 3", "assert add(1,"]},
+        [r"^row 0 of .*tasks\.jsonl", r"test 1 is not valid Python \(.*\): 'assert add\(1,'"],
+    ),
+    (
+        "tests that call nothing of the candidate",
+        {"prompt": GOOD_PROMPT, "tests": ["assert 1 + 1 == 2"]},
+        [r"^row 0 of .*tasks\.jsonl", r"the tests call no function of the candidate: \['assert 1 \+ 1 == 2'\]"],
+    ),
+    (
+        "a test program that is not an object or code",
+        {"prompt": GOOD_PROMPT, "program": {"setup": "x = 1", "checks": ["assert f()"]}},
+        [r"^row 0 of .*tasks\.jsonl", r"expected a string or an object with 'setup', 'tests', 'names'"],
+    ),
+    (
+        "a LiveCodeBench row with a test case of no testtype",
+        {"question_content": "Sum.", "public_test_cases": '[{"input": "1", "output": "1"}]'},
+        [r"^row 0 of .*tasks\.jsonl", r"expected test cases of one testtype, 'stdin' or 'functional', got \['None'\]"],
+    ),
 ]
 
 
