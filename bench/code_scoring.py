@@ -56,7 +56,7 @@ HOSTILE = {
     "setsid daemon": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\nos._exit(0)\n",
     "temp files": "import os, tempfile\nfor i in range(50):\n    tempfile.mkstemp(dir='/tmp')\nopen('/tmp/left-behind', 'w').write('x' * 100000)\n",
     "descriptor leak": "import os\nfds = [os.pipe() for _ in range(100)]\nimport time\ntime.sleep(0.2)\n",
-    "forged answers": 'import os\nfor i in range(8):\n    os.write(3, b\'{"call": %d, "value": 0}\\n\' % i)\nos._exit(0)\n',
+    "forged answers": 'import os\nfor i in range(8):\n    os.write(3, b\'{"id": %d, "value": 0}\\n\' % i)\nos._exit(0)\n',
 }
 # A HumanEval completion continues the function's header and docstring: this body fails every
 # problem's check (each asserts values that are not all None).

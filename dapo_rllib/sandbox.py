@@ -474,6 +474,10 @@ class SandboxProcess:
             self._output_fds = (self._process.stdout.fileno(), self._process.stderr.fileno())
             self._buffers = {fd: bytearray() for fd in (*self._output_fds, report_read)}
             self._open = set(self._buffers)
+            self._selector = selectors.DefaultSelector()  # the streams not yet at their end
+            self._cleanup.callback(self._selector.close)
+            for fd in self._buffers:
+                self._selector.register(fd, selectors.EVENT_READ)
             self.truncated = self.timed_out = False
             self._cleanup = self._cleanup.pop_all()
 
@@ -498,17 +502,18 @@ class SandboxProcess:
         stdin = self._process.stdin.fileno()
         deadline = min(time.monotonic() + timeout_s, self._deadline)
         view = memoryview(data)
-        with selectors.DefaultSelector() as selector:
-            selector.register(stdin, selectors.EVENT_WRITE)
-            while view:
-                remaining = deadline - time.monotonic()
+        while view:
+            try:
+                view = view[os.write(stdin, view) :]
+                continue
+            except BlockingIOError:  # the pipe is full: wait until the program reads
+                pass
+            except BrokenPipeError:
+                return False
+            remaining = deadline - time.monotonic()
+            with selectors.DefaultSelector() as selector:
+                selector.register(stdin, selectors.EVENT_WRITE)
                 if remaining <= 0 or not selector.select(remaining):
-                    return False
-                try:
-                    view = view[os.write(stdin, view) :]
-                except BlockingIOError:  # room for less than one atomic write yet
-                    continue
-                except BrokenPipeError:
                     return False
         return True
 
@@ -554,10 +559,7 @@ class SandboxProcess:
         if remaining <= 0:
             self.timed_out = self.timed_out or deadline >= self._deadline
             return False
-        with selectors.DefaultSelector() as selector:
-            for fd in self._open:
-                selector.register(fd, selectors.EVENT_READ)
-            ready = selector.select(remaining)
+        ready = self._selector.select(remaining)
         if not ready:
             self.timed_out = self.timed_out or deadline >= self._deadline
             return False
@@ -566,6 +568,7 @@ class SandboxProcess:
             chunk = os.read(key.fd, min(_READ_CHUNK, self._cap + 1 - len(buffer)))
             if not chunk:
                 self._open.discard(key.fd)
+                self._selector.unregister(key.fd)
             buffer += chunk
             if len(buffer) > self._cap:
                 del buffer[self._cap :]

@@ -45,7 +45,6 @@ as it would be for any judge that shows the inputs).
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 from collections.abc import Iterable, Sequence
@@ -53,8 +52,8 @@ from typing import Any, Final, NamedTuple
 
 from dapo_rllib.contracts import ScoreResult
 from dapo_rllib.data.code_tasks import Call, CodeTask, short_repr
-from dapo_rllib.rewards.data_values import NotData, dump, load, parse_json
-from dapo_rllib.rewards.program_judge import CANDIDATE_SERVER, judge_program
+from dapo_rllib.rewards.data_values import NotData, load, parse_json
+from dapo_rllib.rewards.program_judge import CANDIDATE_SERVER, frame, judge_program
 from dapo_rllib.sandbox import Sandbox, SandboxResult
 
 __all__ = [
@@ -228,15 +227,9 @@ def _judged_calls(task: CodeTask, code: str, sandbox: Sandbox) -> _Verdict:
     """One run of the candidate server, given every call at once; the answers compared here."""
     calls = [call for test in task.calls for call in test]
     requests = [
-        {
-            "id": i,
-            "name": call.fn_name,
-            "args": [dump(arg) for arg in call.args],
-            "kwargs": {key: dump(value) for key, value in call.kwargs.items()},
-        }
-        for i, call in enumerate(calls)
+        {"id": i, "name": call.fn_name, "args": call.args, "kwargs": call.kwargs} for i, call in enumerate(calls)
     ]
-    stdin = "".join(json.dumps(message) + "\n" for message in [code, *requests]).encode()
+    stdin = b"".join(frame(message) for message in [code, *requests])
     result = sandbox.run(CANDIDATE_SERVER, stdin)
     timed_out = _ran_out_of_time(result)
     answers, failure = _call_answers(result.report, len(calls))

@@ -25,7 +25,7 @@ builtin exception type, so that tests expecting one still pass) is a ``"runtime 
 
 from __future__ import annotations
 
-import json
+import marshal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,42 +36,55 @@ from dapo_rllib.rewards import data_values
 from dapo_rllib.rewards.data_values import NotData
 from dapo_rllib.sandbox import Sandbox, SandboxProcess
 
-__all__ = ["CANDIDATE_SERVER", "ProgramVerdict", "judge_program"]
+__all__ = ["CANDIDATE_SERVER", "ProgramVerdict", "frame", "judge_program"]
 
-# The data codec's source, run at the top of both sandboxed programs (stdlib only).
-_DATA_VALUES_SOURCE: Final = Path(data_values.__file__).read_text()
-
-# Runs in the candidate's sandbox. Its stdin: the code (a JSON string) on the first line, then one
-# request per line: {"id", "name" or "instance" and "name", "args": [tree], "kwargs": {str: tree}}.
-# On REPORT_FD: {"ready": true} or {"failure": ...} once the code has run, then one answer per
-# request: {"id", "value": tree} | {"id", "instance": int} (a class was called) | {"id", "error",
-# "type", "detail"}. Requests are read from a private copy of stdin, fd 0 then reading as empty,
-# so that code reading its input cannot eat them by accident. Nothing here needs protecting:
-# whatever the candidate changes, it only changes its own answers.
-CANDIDATE_SERVER: Final = (
-    _DATA_VALUES_SOURCE
+# What both sandboxed programs start with: the data codec and the two directions of the protocol.
+# From this process: frames of an 8-byte little-endian length and a `marshal`ed message, read from a
+# private copy of stdin (fd 0 then reads as empty, so that code reading its input cannot eat them by
+# accident); marshal is built into the interpreter and the frames hold only data that this process
+# made. To this process: one JSON object per line on REPORT_FD, which it parses as data only.
+_PRELUDE: Final = (
+    Path(data_values.__file__).read_text()
     + r"""
-import os, sys
+import marshal, os, sys
 
-requests = os.fdopen(os.dup(0), "rb")
-empty, writer = os.pipe()  # fd 0 now reads as at its end
-os.close(writer)
-os.dup2(empty, 0)
+_frames = os.fdopen(os.dup(0), "rb")
+_empty, _writer = os.pipe()
+os.close(_writer)
+os.dup2(_empty, 0)
+
+
+def receive():
+    "The next message from the judge, or None at the end of its stream."
+    header = _frames.read(8)
+    if len(header) < 8:
+        return None
+    return marshal.loads(_frames.read(int.from_bytes(header, "little")))
 
 
 def send(message):
-    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+    data = (to_json(message) + "\n").encode()
     while data:
         data = data[os.write(3, data):]
 
 
 def described(error):
-    return ("%s: %s" % (type(error).__name__, error))[:200]
+    message = str(error)
+    return (type(error).__name__ + (": " + message if message else ""))[:300]
+"""
+)
 
-
+# Runs in the candidate's sandbox. Its first message: the code; then one request per message: {"id",
+# "name", "args", "kwargs"}, with "instance" for a method of an instance it made. On REPORT_FD:
+# {"ready": true} or {"failure": ...} once the code has run, then one answer per request: {"id",
+# "value": tree} | {"id", "instance": int} (a class was called) | {"id", "error", "type", "detail"}.
+# Nothing here needs protecting: whatever the candidate changes, it only changes its own answers.
+CANDIDATE_SERVER: Final = (
+    _PRELUDE
+    + r"""
 namespace = {"__name__": "solution"}
 try:
-    exec(compile(json.loads(requests.readline()), "<solution>", "exec"), namespace)
+    exec(compile(receive(), "<solution>", "exec"), namespace)
 except SystemExit:
     pass
 except MemoryError:
@@ -83,12 +96,9 @@ except BaseException as error:
     os._exit(0)
 send({"ready": True})
 instances = []
-for line in requests:
-    request = json.loads(line)
+while (request := receive()) is not None:
     answer = {"id": request["id"]}
     try:
-        args = [load(arg) for arg in request["args"]]
-        kwargs = {key: load(value) for key, value in request["kwargs"].items()}
         if "instance" in request:
             function = getattr(instances[request["instance"]], request["name"])
         elif request["name"] in namespace:
@@ -96,7 +106,7 @@ for line in requests:
         else:
             send(dict(answer, error="runtime error", type="NameError", detail="the program defines no %s" % request["name"]))
             continue
-        value = function(*args, **kwargs)
+        value = function(*request["args"], **request["kwargs"])
         if isinstance(function, type) and isinstance(value, function):
             instances.append(value)
             answer["instance"] = len(instances) - 1
@@ -104,9 +114,7 @@ for line in requests:
             answer["value"] = dump(value)
     except MemoryError:
         answer.update(error="memory limit", type="MemoryError", detail="")
-    except NotData as error:
-        answer.update(error="not data", type="TypeError", detail=str(error)[:200])
-    except RecursionError as error:  # in dump: the candidate's own value
+    except (NotData, RecursionError) as error:  # RecursionError: in dump, of the candidate's own value
         answer.update(error="not data", type="TypeError", detail=str(error)[:200])
     except BaseException as error:
         answer.update(error="runtime error", type=type(error).__name__[:100], detail=described(error))
@@ -115,32 +123,17 @@ os._exit(0)
 """
 )
 
-# Runs in the test program's sandbox. Its stdin: {"setup", "tests", "names"} on the first line, then
-# one answer per request it made. On REPORT_FD: its requests, then per test {"test": i, "outcome",
-# "detail"}, then {"done": true}; or {"broken": why} when the setup fails or a test fails without
-# calling the candidate.
+# Runs in the test program's sandbox. Its first message: {"setup", "tests", "names"}; then one answer
+# per request it made. On REPORT_FD: its requests, then per test {"test": i, "outcome", "detail"},
+# then {"done": true}; or {"broken": why} when the setup fails or a test fails without calling the
+# candidate.
 _TEST_RUNNER: Final = (
-    _DATA_VALUES_SOURCE
+    _PRELUDE
     + r"""
-import builtins, os, sys
+import builtins
 
-answers = os.fdopen(os.dup(0), "rb")
-empty, writer = os.pipe()  # fd 0 now reads as at its end
-os.close(writer)
-os.dup2(empty, 0)
-program = json.loads(answers.readline())
+program = receive()
 calls_made = 0
-
-
-def send(message):
-    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-    while data:
-        data = data[os.write(3, data):]
-
-
-def described(error):
-    message = str(error)
-    return (type(error).__name__ + (": " + message if message else ""))[:300]
 
 
 class CandidateError(Exception):
@@ -160,9 +153,9 @@ def remote(request, args, kwargs):
     calls_made += 1
     request["id"] = calls_made
     send(request)
-    answer = json.loads(answers.readline())
+    answer = receive()
     if "value" in answer:
-        return load(answer["value"])
+        return answer["value"]
     if "instance" in answer:
         return Instance(answer["instance"])
     kind = getattr(builtins, answer["type"], None) if answer["error"] == "runtime error" else None
@@ -229,6 +222,8 @@ os._exit(0)
 
 #: A candidate's call failures the server reports (and this process passes on), besides "timeout".
 _CALL_ERRORS: Final = ("runtime error", "memory limit", "not data")
+#: What the test runner may say of a test.
+_TEST_OUTCOMES: Final = ("pass", "wrong answer", "runtime error", "memory limit", "timeout")
 # Seconds past both budgets before the sandboxes' own wall-clock limit stops the runs.
 _GRACE_S: Final = 2.0
 
@@ -286,7 +281,12 @@ class _Session:
     """The relay between one candidate and one test program."""
 
     def __init__(
-        self, candidate: SandboxProcess, tests: SandboxProcess, program: TestProgram, candidate_time, test_time
+        self,
+        candidate: SandboxProcess,
+        tests: SandboxProcess,
+        program: TestProgram,
+        candidate_time: _Budget,
+        test_time: _Budget,
     ) -> None:
         self.candidate, self.tests, self.program = candidate, tests, program
         self.candidate_time, self.test_time = candidate_time, test_time
@@ -295,8 +295,8 @@ class _Session:
 
     def judge(self, code: str) -> ProgramVerdict:
         setup = {"setup": self.program.setup, "tests": list(self.program.tests), "names": list(self.program.names)}
-        self.candidate.send(_line(code), self.candidate_time.left)
-        self.tests.send(_line(setup), self.test_time.left)
+        self.candidate.send(frame(code), self.candidate_time.left)
+        self.tests.send(frame(setup), self.test_time.left)
         started = self._candidate_message(expected=("ready", "failure"))
         if started is None or "ready" not in started:
             failure = "runtime error" if started is None else started.get("failure", "runtime error")
@@ -320,14 +320,14 @@ class _Session:
                 return self._broken(str(message["broken"])[:500])
             if "test" in message:
                 index, outcome = message.get("test"), message.get("outcome")
-                if not (type(index) is int and 0 <= index < len(self.program.tests) and isinstance(outcome, str)):
+                if not (type(index) is int and 0 <= index < len(self.program.tests) and outcome in _TEST_OUTCOMES):
                     return self._broken(f"the test program wrote a malformed verdict: {_shown(line)}")
                 outcomes[index] = (outcome, str(message.get("detail", ""))[:300])
                 continue
             answer = self._call(message)
             if answer is None:
                 return self._broken(f"the test program made a malformed request: {_shown(line)}")
-            if not self.tests.send(_line(answer), max(self.test_time.left, 0.0)):
+            if not self.tests.send(frame(answer), max(self.test_time.left, 0.0)):
                 return self._broken(self._test_program_end())
         missing = [i for i in range(len(self.program.tests)) if i not in outcomes]
         if missing:
@@ -351,18 +351,18 @@ class _Session:
             and isinstance(kwargs, dict)
         ):
             return None
-        try:  # the arguments checked as data and sent on in canonical form
+        try:  # the arguments rebuilt from data here
             forwarded = {
                 "id": index,
                 "name": name,
-                "args": [data_values.dump(data_values.load(arg)) for arg in args],
-                "kwargs": {str(key): data_values.dump(data_values.load(value)) for key, value in kwargs.items()},
+                "args": [data_values.load(arg) for arg in args],
+                "kwargs": {key: data_values.load(value) for key, value in kwargs.items()},
             }
         except (NotData, RecursionError):
             return None
         if instance is not None:
             forwarded["instance"] = instance
-        if self.dead is None and not self.candidate.send(_line(forwarded), max(self.candidate_time.left, 0.0)):
+        if self.dead is None and not self.candidate.send(frame(forwarded), max(self.candidate_time.left, 0.0)):
             self._candidate_gone()
         while self.dead is None:
             answer = self._candidate_message()
@@ -379,7 +379,7 @@ class _Session:
             except (NotData, RecursionError) as error:
                 return _error(index, "not data", f"returned a value that is not data ({error})")
             self.answered = True
-            return {"id": index, "value": data_values.dump(value)}
+            return {"id": index, "value": value}
         if type(answer.get("instance")) is int:
             self.answered = True
             return {"id": index, "instance": answer["instance"]}
@@ -432,10 +432,12 @@ def _error(index: int, error: str, detail: str, kind: str = "") -> dict:
     return {"id": index, "error": error, "type": kind, "detail": detail}
 
 
-def _line(message) -> bytes:
-    return (json.dumps(message, separators=(",", ":")) + "\n").encode()
+def frame(message) -> bytes:
+    """``message`` (data only) as the sandboxed programs read it: its ``marshal`` bytes after their length."""
+    data = marshal.dumps(message)
+    return len(data).to_bytes(8, "little") + data
 
 
 def _shown(value) -> str:
-    text = value.decode(errors="replace") if isinstance(value, bytes) else json.dumps(value)
+    text = value.decode(errors="replace") if isinstance(value, bytes) else repr(value)
     return text if len(text) <= 120 else text[:120] + "..."
