@@ -76,7 +76,7 @@ def test_data_values_round_trip_with_their_types(value):
 def test_the_sandboxes_json_writer_is_what_json_reads():
     # The sandboxed side writes JSON without the json module (its import is a third of a run's start-up).
     tree = {
-        "quote \" backslash \\ newline \n tab \t nul \x00": [1e-05, 1e16, -0.0, 5e-324, 10**40, -7],
+        'quote " backslash \\ newline \n tab \t nul \x00': [1e-05, 1e16, -0.0, 5e-324, 10**40, -7],
         "non-ASCII é, astral \U0001f600, lone surrogate \ud800": [None, True, False, "", []],
     }
     text = data_values.to_json(tree)
