@@ -492,8 +492,9 @@ class SandboxProcess:
         return bytes(self._buffers[self._output_fds[1]])
 
     def close(self) -> None:
-        """Kill every process of the run (again: a no-op)."""
+        """Kill every process of the run (again: a no-op); nothing more is received."""
         self._cleanup.close()
+        self._open.clear()
 
     def send(self, data: bytes, timeout_s: float) -> bool:
         """Write ``data`` to the program's stdin (a :meth:`Sandbox.start` program's), waiting at most

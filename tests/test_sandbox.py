@@ -635,3 +635,34 @@ def test_bwrap_installed_under_tmp_starts_the_sandbox(tmp_path, monkeypatch):
     with Sandbox() as sandbox:
         result = sandbox.run("print(6 * 7)")
     assert (result.exit_code, result.stdout) == (0, b"42\n"), result.stderr
+
+
+# --- a program this process talks to --------------------------------------------------------
+
+
+def test_a_started_program_converses_line_by_line(sandbox):
+    echo = f"import os, sys\nfor line in sys.stdin:\n    os.write({REPORT_FD}, line.upper().encode())\n"
+    with sandbox.start(echo) as program:
+        for word in ("one", "two"):
+            assert program.send(f"{word}\n".encode(), timeout_s=2)
+            assert program.receive_line(timeout_s=2) == word.upper().encode()
+        # Nothing more to say: the wait ends at its own timeout, the run goes on.
+        assert program.receive_line(timeout_s=0.2) is None and program.running
+        program.close()
+        assert program.receive_line(timeout_s=0.2) is None
+
+
+def test_a_started_program_that_never_reads_cannot_block_the_sender(sandbox):
+    with sandbox.start("import time\ntime.sleep(60)\n") as program:
+        started = time.monotonic()
+        assert program.send(b"x" * (4 << 20), timeout_s=0.5) is False  # more than the pipe holds
+        assert time.monotonic() - started < 0.5 + MARGIN_S
+
+
+def test_a_started_program_ends_at_its_limit(sandbox):
+    with sandbox.start("while True:\n    pass\n", timeout_s=1.0) as program:
+        started = time.monotonic()
+        assert program.receive_line(timeout_s=30) is None
+        assert program.timed_out and time.monotonic() - started < 1.0 + MARGIN_S
+        result = program.finish()
+    assert result.timed_out and result.exit_code is None
