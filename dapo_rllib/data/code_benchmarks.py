@@ -135,7 +135,11 @@ def _livecodebench(row: Mapping[str, Any], where: str) -> dict:
         content = LIVECODEBENCH_STDIN.format(question=question.strip())
     elif kinds == {"functional"}:
         metadata = row.get("metadata") or {}
-        metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+        if isinstance(metadata, str):
+            try:
+                metadata = json.loads(metadata)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{where}: 'metadata' is not JSON ({error.msg}): {short_repr(metadata)}") from None
         name = metadata.get("func_name") if isinstance(metadata, Mapping) else None
         if not (isinstance(name, str) and name.isidentifier()):
             raise ValueError(
