@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -26,9 +28,12 @@ TIMEOUT_S = 2.0
 BOUND_S = 2 * TIMEOUT_S + 4
 
 
+LIMITS = SandboxLimits(timeout_s=TIMEOUT_S, cpu_s=2, memory_mb=256)
+
+
 @pytest.fixture(scope="module")
 def sandbox():
-    sandbox = Sandbox(SandboxLimits(timeout_s=TIMEOUT_S, cpu_s=2, memory_mb=256), max_workers=2)
+    sandbox = Sandbox(LIMITS, max_workers=2)
     yield sandbox
     sandbox.close()
 
@@ -258,20 +263,40 @@ def test_a_test_that_fails_without_calling_the_candidate_is_a_broken_task(sandbo
     assert result["failure"] == "broken task" and "test 1 fails without calling the candidate" in result["broken_task"]
 
 
-def test_nothing_is_left_behind(sandbox):
-    before_fds = len(os.listdir("/proc/self/fd"))
-    pairs = [(ADD, _task(setup=source)) for source in HOSTILE_TEST_PROGRAMS.values()]
-    pairs += [("import os\nif os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(60)\n" + ADD, _task())]
-    judge_code_many(pairs, sandbox)
-    children = [pid for pid in os.listdir("/proc") if pid.isdigit() and _parent(int(pid)) == os.getpid()]
-    assert children == []
-    assert len(os.listdir("/proc/self/fd")) == before_fds
+# Run in a fresh interpreter, so that no other test's processes or descriptors (Ray, vLLM) blur the count.
+LEAK_CHECK = """
+import os, sys
+sys.path[:0] = [{tests!r}, {root!r}]
+from test_program_judge import ADD, HOSTILE_TEST_PROGRAMS, LIMITS, _task
+from dapo_rllib.rewards.code import judge_code_many
+from dapo_rllib.sandbox import Sandbox
+
+def children():
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % pid) as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.add(pid)
+        except OSError:
+            pass
+    return found
+
+sandbox = Sandbox(LIMITS, max_workers=2)
+pairs = [(ADD, _task(setup=source)) for source in HOSTILE_TEST_PROGRAMS.values()]
+daemon = "import os\\nif os.fork() == 0:\\n    os.setsid()\\n    import time\\n    time.sleep(60)\\n"
+pairs.append((daemon + ADD, _task()))
+judge_code_many(pairs[:1], sandbox)  # the pool's threads and the codec's imports, before counting
+fds, processes = len(os.listdir("/proc/self/fd")), children()
+judge_code_many(pairs, sandbox)
+print(len(os.listdir("/proc/self/fd")) - fds, len(children() - processes))
+"""
+
+
+def test_nothing_is_left_behind():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = LEAK_CHECK.format(tests=os.path.dirname(os.path.abspath(__file__)), root=root)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0", "0"], "descriptors and processes left behind"
     assert not os.path.exists(os.path.join(tempfile.gettempdir(), "fill"))  # it filled its own /tmp only
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return None
