@@ -3,6 +3,7 @@ package), MBPP- and LiveCodeBench-style rows, and verdicts equal to HumanEval's 
 
 from __future__ import annotations
 
+import argparse
 import base64
 import gzip
 import json
@@ -15,6 +16,7 @@ import pytest
 
 from dapo_rllib.data.code_benchmarks import COMPLETION_INSTRUCTION
 from dapo_rllib.data.code_tasks import is_code_task_file, load_code_tasks, write_code_tasks
+from dapo_rllib.data.convert import add_convert_arguments, run_convert
 from dapo_rllib.data.datasets import write_jsonl
 from dapo_rllib.rewards.code import score_code_many
 from dapo_rllib.sandbox import Sandbox, SandboxLimits
@@ -224,3 +226,13 @@ def test_a_unittest_program_row(sandbox, tmp_path):
         [("def reverse(s):\n    return s[::-1]\n", task), ("def reverse(s):\n    return s\n", task)], sandbox
     )
     assert [r["pred"] for r in results] == ["PP", "FP"]
+
+
+@pytest.mark.parametrize("style", ["completion", "instruction"])
+def test_rllib_data_convert_writes_code_task_rows(tmp_path, capsys, style):
+    parser = argparse.ArgumentParser(prog="rllib data convert")
+    add_convert_arguments(parser)
+    output = tmp_path / "humaneval.parquet"
+    run_convert(parser.parse_args([HUMANEVAL, str(output), "--humaneval-style", style]))
+    assert f"164 code tasks (humaneval) -> {output}" in capsys.readouterr().out
+    assert load_code_tasks(output) == load_code_tasks(HUMANEVAL, humaneval_style=style)
