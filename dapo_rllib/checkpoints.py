@@ -111,5 +111,9 @@ def export_hf_model_from_checkpoint(path: str | Path, out_dir: str | Path) -> Pa
             f"the policy in {str(path)!r} is a {type(module).__name__}, not a Hugging Face causal LM; only DAPO checkpoints can be exported"
         )
     return export_hf_model(
-        module.get_state(), module.model_config["model_path"], out_dir, module.model_config.get("dtype", "float32")
+        module.get_state(),
+        module.model_config["model_path"],
+        out_dir,
+        module.model_config.get("dtype", "float32"),
+        lora=module.model_config.get("lora"),
     )

@@ -89,6 +89,11 @@ class DAPOConfig(AlgorithmConfig):
         self.minibatch_size_prompts = 32
         self.max_tokens_per_micro_batch = None
         self.gradient_checkpointing = False
+        # LoRA adapters (PEFT) instead of every weight; None: full fine-tuning.
+        self.lora_rank = None
+        self.lora_alpha = None
+        self.lora_dropout = 0.0
+        self.lora_target_modules = "all-linear"
         self.deepspeed_config = None
         # Rollout side: weight sync, mismatch correction, overlap.
         self.weight_sync_bucket_mb = 512
@@ -136,6 +141,10 @@ class DAPOConfig(AlgorithmConfig):
         minibatch_size_prompts: int = NotProvided,
         max_tokens_per_micro_batch: int | None = NotProvided,
         gradient_checkpointing: bool = NotProvided,
+        lora_rank: int | None = NotProvided,
+        lora_alpha: float | None = NotProvided,
+        lora_dropout: float = NotProvided,
+        lora_target_modules: str | list[str] = NotProvided,
         deepspeed_config: dict | str | None = NotProvided,
         weight_sync_bucket_mb: float = NotProvided,
         rollout_correction: str | None = NotProvided,
@@ -200,6 +209,18 @@ class DAPOConfig(AlgorithmConfig):
             gradient_checkpointing: Recompute each decoder layer's activations in the
                 backward pass instead of keeping them (Hugging Face gradient checkpointing):
                 less memory, about a third more learner compute.
+            lora_rank: Train LoRA adapters of this rank (PEFT) on a frozen base model instead of
+                every weight; AdamW then holds state for the adapters only, and after each step
+                only the adapters travel to the vLLM engines, which serve the base model with
+                them (`dapo_rllib.lora`). None (default): full fine-tuning. At most 512 (vLLM's
+                largest adapter rank).
+            lora_alpha: LoRA scaling numerator (the update is scaled by alpha / rank). None: twice
+                the rank.
+            lora_dropout: Dropout on the adapters' input in training. Default 0: the learner's
+                log-probs then match the engine's, which applies none.
+            lora_target_modules: The linear layers that get adapters: "all-linear" (default:
+                every linear layer of the decoder, not the output head) or a list of module
+                names (PEFT's matching: "q_proj", "v_proj", ...).
             deepspeed_config: Run the learner under DeepSpeed ZeRO (stage 2 or 3, optional
                 optimizer offload): a DeepSpeed config dict or the path of a JSON file. Batch
                 sizes, clipping and the optimizer stay DAPO's settings and must not be set
@@ -338,6 +359,18 @@ class DAPOConfig(AlgorithmConfig):
 
         return str(default_tiny_model_path() if self.model_path is None else self.model_path)
 
+    @property
+    def lora_settings(self) -> dict | None:
+        """The LoRA adapter settings (`dapo_rllib.lora.LoraSettings` fields), or None for full fine-tuning."""
+        if self.lora_rank is None:
+            return None
+        return {
+            "rank": self.lora_rank,
+            "alpha": 2 * self.lora_rank if self.lora_alpha is None else self.lora_alpha,
+            "dropout": self.lora_dropout,
+            "target_modules": self.lora_target_modules,
+        }
+
     # ----- RLlib hooks ---------------------------------------------------------------------
     @override(AlgorithmConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:
@@ -350,6 +383,7 @@ class DAPOConfig(AlgorithmConfig):
                 "dtype": self.model_dtype,
                 "temperature": self.temperature,
                 "gradient_checkpointing": self.gradient_checkpointing,
+                "lora": self.lora_settings,
             },
         )
 
@@ -534,6 +568,36 @@ class DAPOConfig(AlgorithmConfig):
             need(
                 self.grad_clip_by == "global_norm",
                 f"grad_clip_by={self.grad_clip_by!r}: under DeepSpeed gradients are clipped by their global norm only",
+            )
+        if self.lora_rank is not None:
+            from dapo_rllib.lora import MAX_RANK
+
+            need(
+                isinstance(self.lora_rank, int)
+                and not isinstance(self.lora_rank, bool)
+                and 0 < self.lora_rank <= MAX_RANK,
+                f"lora_rank={self.lora_rank!r} must be a whole number in 1..{MAX_RANK} (vLLM's largest adapter rank), or None for full fine-tuning",
+            )
+            need(
+                self.lora_alpha is None or (isinstance(self.lora_alpha, (int, float)) and self.lora_alpha > 0),
+                f"lora_alpha={self.lora_alpha!r} must be a positive number (or None: twice the rank)",
+            )
+            need(
+                isinstance(self.lora_dropout, (int, float)) and 0 <= self.lora_dropout < 1,
+                f"lora_dropout={self.lora_dropout!r} must be in [0, 1)",
+            )
+            need(
+                self.lora_target_modules == "all-linear"
+                or (
+                    isinstance(self.lora_target_modules, (list, tuple))
+                    and self.lora_target_modules
+                    and all(isinstance(name, str) and name for name in self.lora_target_modules)
+                ),
+                f"lora_target_modules={self.lora_target_modules!r} must be 'all-linear' or a non-empty list of module names",
+            )
+            need(
+                self.deepspeed_config is None,
+                "lora_rank is set together with deepspeed_config: LoRA under DeepSpeed ZeRO is not supported yet (the adapters are small: plain PyTorch or DDP learners hold them)",
             )
         need(
             self.env_runner_cls is not None and hasattr(self.env_runner_cls, "evaluate"),

@@ -45,6 +45,7 @@ from dapo_rllib import core_algos
 from dapo_rllib.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.columns import Extras, Info, Metrics
 from dapo_rllib.contracts import EvalRecord
+from dapo_rllib.lora import EngineAdapter, lora_adapter_config
 from dapo_rllib.problem_env import build_env
 from dapo_rllib.rl_module import hf_weights
 from dapo_rllib.rollout import EndReason, EpisodeRollout, TurnLoop
@@ -70,7 +71,12 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self._eval_env = None
         self.tokenizer = AutoTokenizer.from_pretrained(self.config.policy_model_path)
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
-        self._engine_weights = EngineWeights(self.llm, owner=f"env runner {self.worker_index}")
+        owner = f"env runner {self.worker_index}"
+        if self.config.lora_settings is None:
+            self._engine_weights = EngineWeights(self.llm, owner=owner)
+        else:  # the base model serves the learner's adapter (dapo_rllib.lora)
+            config = lora_adapter_config(self.config.policy_model_path, self.config.lora_settings)
+            self._engine_weights = EngineAdapter(self.llm, config, owner=owner)
         self._held_seq_no = 0  # of the weights the engine holds (the learner's count of updates)
         self._tool_parser = load_tool_call_parser(self.config.tool_call_format)
         self._renderers: dict[type, TurnRenderer] = {}  # per environment class (its tools)
@@ -103,6 +109,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
     def stop(self):
         self._train_loop.close()
         self._eval_loop.close()
+        if isinstance(self._engine_weights, EngineAdapter):
+            self._engine_weights.close()
         self.llm = None
 
     # ----- sampling ------------------------------------------------------------------------
@@ -139,7 +147,10 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         cfg = self.config
 
         def generate(prompts, params):
-            return self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+            prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+            # None for full fine-tuning; with LoRA, the adapter of the last sync (None before it: the base model)
+            adapter = getattr(self._engine_weights, "lora_request", None)
+            return self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
 
         return TurnLoop(
             generate=generate,
@@ -308,8 +319,17 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.finish_weight_update(self._held_seq_no if seq_no is None else seq_no)
 
     def engine_parameters(self, names: list[str]) -> dict[str, np.ndarray]:
-        """Copies of the named parameters as the engine holds them (for tests and debugging)."""
+        """Copies of the named parameters as the engine holds them (for tests and debugging); with
+        LoRA, the adapter tensors of the engine's current adapter."""
         return self._engine_weights.parameters(names)
+
+    def engine_adapter(self) -> tuple[str | None, set[int]]:
+        """(the name of the adapter generate calls carry, the ids of the adapters the engine holds);
+        (None, set()) for full fine-tuning."""
+        if not isinstance(self._engine_weights, EngineAdapter):
+            return None, set()
+        request = self._engine_weights.lora_request
+        return (None if request is None else request.lora_name), self._engine_weights.engine_adapters()
 
     @override(Checkpointable)
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from torch.distributed import ReduceOp
 
 from dapo_rllib import core_algos
 from dapo_rllib.columns import Columns, Metrics
+from dapo_rllib.lora import adapter_tensors
 from dapo_rllib.micro_batching import padding_fraction, plan_for_batch, take
 from dapo_rllib.ray_private import learner_weights_seq_no
 from dapo_rllib.rl_module import response_logprobs
@@ -271,8 +272,12 @@ class DAPOTorchLearner(TorchLearner):
             return TRANSPORTS[transport]().send(bucket_tensors(bucket, params))
 
     def _hf_parameters(self) -> dict[str, torch.Tensor]:
+        """What the weight sync sends: every parameter, or with LoRA the adapters only (`dapo_rllib.lora`)."""
+        model = self.module[DEFAULT_MODULE_ID].unwrapped().model
+        if self.config.lora_settings is not None:
+            return adapter_tensors(model)
         # Tied parameters (a tied lm_head) appear once, as vLLM expects.
-        return dict(self.module[DEFAULT_MODULE_ID].unwrapped().model.named_parameters())
+        return dict(model.named_parameters())
 
     @staticmethod
     def full_shape(param: torch.Tensor) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from dapo_rllib.columns import Columns
 from dapo_rllib.core_algos import entropy_from_logits
+from dapo_rllib.lora import apply_lora
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -44,8 +45,8 @@ def load_causal_lm(model_path: str | Path, dtype: str = "float32"):
 
 
 class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
-    """Wraps `AutoModelForCausalLM`; `model_config` carries `model_path`, `dtype`, `temperature`
-    and `gradient_checkpointing`.
+    """Wraps `AutoModelForCausalLM`; `model_config` carries `model_path`, `dtype`, `temperature`,
+    `gradient_checkpointing` and `lora` (the adapter settings, or None: every weight trains).
 
     `temperature` is the rollout sampling temperature: log-probabilities are those of the
     distribution vLLM sampled from, softmax(logits / temperature).
@@ -54,6 +55,8 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
     @override(TorchRLModule)
     def setup(self):
         self.model = load_causal_lm(self.model_config["model_path"], self.model_config.get("dtype", "float32"))
+        if self.model_config.get("lora") is not None:  # adapters on a frozen base (dapo_rllib.lora)
+            self.model = apply_lora(self.model, self.model_config["lora"])
         self.temperature = float(self.model_config.get("temperature", 1.0))
         self.forward_model = None  # see run_forward_with
         if self.model_config.get("gradient_checkpointing", False):
@@ -150,18 +153,25 @@ def hf_weights(module_state: dict[str, Any]) -> dict[str, Any]:
 
 
 def export_hf_model(
-    module_state: dict[str, Any], model_path: str | Path, out_dir: str | Path, dtype: str = "float32"
+    module_state: dict[str, Any],
+    model_path: str | Path,
+    out_dir: str | Path,
+    dtype: str = "float32",
+    lora: dict[str, Any] | None = None,
 ) -> Path:
     """Write a trained module's weights as a plain Hugging Face model directory.
 
     The result has the `save_pretrained` layout (config, safetensors weights, generation config)
     and the tokenizer of `model_path`, so `transformers` and vLLM load it like any other model.
     `module_state` is `CausalLMRLModule.get_state()`: the HF parameters under the `model.` prefix.
+    A module trained with LoRA adapters (`lora`, its settings) is written with them merged in.
     """
     from transformers import AutoTokenizer
 
     weights = {k: torch.as_tensor(v) for k, v in hf_weights(module_state).items()}
     model = load_causal_lm(model_path, dtype)
+    if lora is not None:
+        model = apply_lora(model, lora)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # Tied output embeddings are stored once; anything else missing means the wrong base model.
     missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
@@ -169,6 +179,8 @@ def export_hf_model(
         raise ValueError(
             f"the trained weights do not fit the model at {model_path}: missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
+    if lora is not None:
+        model = model.merge_and_unload()
     out = Path(out_dir)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(model_path)).save_pretrained(out)

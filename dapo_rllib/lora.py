@@ -1,0 +1,186 @@
+"""LoRA: the learner trains adapters (PEFT) on a frozen base model; the vLLM engines serve the base
+model with the adapter, and after each update only the adapter travels to them.
+
+    learner     `apply_lora` wraps the Hugging Face model (`peft.get_peft_model`); only the adapters
+                require gradients, so AdamW holds state for them only. `adapter_tensors` are what
+                the weight sync streams: the adapter weights under the names of a PEFT adapter
+                file (`base_model.model.<module>.lora_A.weight`), views of the live parameters.
+    env runner  `EngineAdapter` collects the streamed tensors, writes them with the adapter's
+                config as a PEFT adapter directory (vLLM 0.32 loads adapters from directories
+                only) in shared memory, and registers it with the engine under a new id and name
+                per version, so neither vLLM's adapter cache nor its prefix cache can serve the
+                previous one; the previous adapter is removed. Every generate call carries the
+                current `lora_request`.
+
+The engine is built with LoRA enabled (`engine_lora_kwargs`) and samples through its LoRA layers
+from the start: a new adapter's B matrices are zero, so before the first sync it samples the base
+model, which is the learner's initial policy too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dapo_rllib.weight_sync import BucketAssembler
+
+#: vLLM's allowed `max_lora_rank` values (vllm/config/lora.py); the engine takes the smallest that holds the rank.
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+MAX_RANK = VLLM_MAX_LORA_RANKS[-1]
+# PEFT's name of the one adapter the learner trains.
+_ADAPTER = "default"
+
+
+def apply_lora(model, settings: dict[str, Any]):
+    """``model`` with LoRA adapters of ``settings`` (`DAPOConfig.lora_settings`) on its target linear
+    layers, the rest frozen: a `peft.PeftModel`.
+
+    Raises:
+        ValueError: The target modules match no layer of the model (the message lists its linear layers).
+    """
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=settings["rank"],
+        lora_alpha=settings["alpha"],
+        lora_dropout=settings["dropout"],
+        target_modules=settings["target_modules"],
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as error:
+        if "not found in the base model" not in str(error) and "Target modules" not in str(error):
+            raise
+        raise ValueError(
+            f"lora_target_modules={settings['target_modules']!r} match no layer of the model; its linear layers "
+            f"are {linear_layer_names(model)}"
+        ) from None
+
+
+def linear_layer_names(model) -> list[str]:
+    """The distinct last names of the model's linear layers (what ``lora_target_modules`` lists)."""
+    return sorted(
+        {name.rsplit(".", 1)[-1] for name, layer in model.named_modules() if isinstance(layer, torch.nn.Linear)}
+    )
+
+
+def adapter_tensors(model) -> dict[str, torch.Tensor]:
+    """The adapter weights of a `peft.PeftModel`, named as in a PEFT adapter file (the names vLLM
+    loads), sharing storage with the live parameters."""
+    tensors = {}
+    for name, param in model.named_parameters():
+        if "lora_" in name:
+            tensors[name.replace(f".{_ADAPTER}.", ".")] = param
+    return tensors
+
+
+def adapter_config(model) -> dict[str, Any]:
+    """The adapter's ``adapter_config.json`` content (PEFT's, JSON-ready)."""
+    config = model.peft_config[_ADAPTER].to_dict()
+    return json.loads(json.dumps(config, default=lambda value: sorted(value) if isinstance(value, set) else str(value)))
+
+
+def lora_adapter_config(model_path: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The ``adapter_config.json`` of the adapters ``settings`` give the model at ``model_path`` (its
+    target modules resolved, as the learner's PEFT model has them), from a weightless copy of the model."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+    return adapter_config(apply_lora(model, settings))
+
+
+def engine_lora_kwargs(rank: int) -> dict[str, Any]:
+    """vLLM engine arguments to serve adapters of ``rank``: one adapter at a time (the sync removes the
+    previous one before the engine generates again)."""
+    max_rank = next(allowed for allowed in VLLM_MAX_LORA_RANKS if allowed >= rank)
+    return {"enable_lora": True, "max_lora_rank": max_rank, "max_loras": 1}
+
+
+class EngineAdapter:
+    """New adapter weights for a running engine, streamed in: `begin`, `load_bucket` per bucket,
+    `finish`; the same interface as `dapo_rllib.vllm_engine.EngineWeights`.
+
+    Args:
+        llm: The engine (`vllm.LLM`, built with `engine_lora_kwargs`).
+        config: The adapter's ``adapter_config.json`` content (`adapter_config` of the learner's model).
+        owner: Named in errors, e.g. "env runner 2".
+    """
+
+    def __init__(self, llm, config: dict[str, Any], owner: str):
+        self.llm = llm
+        self.config = config
+        self.owner = owner
+        # Shared memory where there is some: the engine reads the file right after it is written.
+        base = "/dev/shm" if Path("/dev/shm").is_dir() else None
+        self._directory = Path(tempfile.mkdtemp(prefix="dapo-lora-", dir=base))
+        self._version = 0
+        self.lora_request = None  # the adapter every generate call carries; None before the first sync
+        self._open = None  # (BucketAssembler, {name: tensor}, start time) while an update is open
+
+    def begin(self) -> None:
+        self._open = (BucketAssembler(), {}, time.perf_counter())
+
+    def load_bucket(self, tensors: dict) -> None:
+        self.load(self._update()[0].add(tensors))
+
+    def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        self._update()[1].update((name, tensor.clone()) for name, tensor in weights)
+
+    def finish(self) -> float:
+        """Write the adapter, register it under a new version and drop the previous one. Returns the
+        seconds since `begin`."""
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        assembler, tensors, start = self._update()
+        self._open = None
+        if assembler.incomplete() or not tensors:
+            raise RuntimeError(
+                f"{self.owner}: the adapter update is incomplete: {assembler.incomplete()[:5] or 'no tensors'}"
+            )
+        self._version += 1
+        path = self._directory / f"v{self._version}"
+        path.mkdir()
+        save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, path / "adapter_model.safetensors")
+        (path / "adapter_config.json").write_text(json.dumps(self.config))
+        previous = self.lora_request
+        # A new id and name per version: vLLM reloads an adapter only for an id it does not hold,
+        # and its prefix cache keys blocks by the adapter's name.
+        self.lora_request = LoRARequest(f"policy-v{self._version}", self._version, str(path))
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
+        self.llm.llm_engine.add_lora(self.lora_request)
+        return time.perf_counter() - start
+
+    def parameters(self, names: list[str]) -> dict[str, np.ndarray]:
+        """The adapter tensors last written, by name (for tests and debugging)."""
+        if self.lora_request is None:
+            return {}
+        from safetensors.torch import load_file
+
+        held = load_file(Path(self.lora_request.lora_path) / "adapter_model.safetensors")
+        return {name: held[name].float().numpy() for name in names if name in held}
+
+    def engine_adapters(self) -> set[int]:
+        """The ids of the adapters the engine holds (the current version's only, once synced)."""
+        return set(self.llm.llm_engine.list_loras())
+
+    def close(self) -> None:
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    def _update(self):
+        if self._open is None:
+            raise RuntimeError("no weight update is open: call begin_weight_update first")
+        return self._open

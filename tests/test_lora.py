@@ -1,0 +1,122 @@
+"""LoRA (dapo_rllib.lora): adapters trained by PEFT in the learner, and only the adapters synced to the
+vLLM engines, which sample from exactly the learner's policy after every sync."""
+
+import numpy as np
+import pytest
+
+from dapo_rllib.columns import Metrics
+from dapo_rllib.lora import adapter_tensors
+from tests.test_dapo_integration import tiny_config
+
+# Large enough that one step moves the adapters by far more than float32 noise: an engine left with
+# an old adapter would show a log-prob gap of about 1e-2 (the async run's one-step staleness below).
+LORA = dict(lora_rank=8, lr=2e-3, train_on_partial_batch=True)
+
+
+def learner_adapters(algo) -> dict[str, np.ndarray]:
+    model = algo.learner_group._learner.module["default_policy"].model
+    return {name: tensor.detach().numpy().copy() for name, tensor in adapter_tensors(model).items()}
+
+
+def engine_adapters(algo) -> list[tuple[dict, tuple]]:
+    names = list(learner_adapters(algo))
+    return algo.env_runner_group.foreach_env_runner(
+        lambda runner: (runner.engine_parameters(names), runner.engine_adapter()), local_env_runner=False
+    )
+
+
+@pytest.fixture(scope="module")
+def lora_run(ray_session, tiny_model_path):
+    algo = tiny_config(tiny_model_path, **LORA).env_runners(num_env_runners=1).build_algo()
+    initial = learner_adapters(algo)
+    results = [algo.train() for _ in range(3)]
+    yield dict(algo=algo, initial=initial, results=results)
+    algo.stop()
+
+
+def test_only_the_adapters_train(lora_run):
+    learner = lora_run["algo"].learner_group._learner
+    module = learner.module["default_policy"]
+    (optimizer,) = learner._named_optimizers.values()
+    optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    adapters = {id(p) for p in adapter_tensors(module.model).values()}
+    assert optimized == adapters and 0 < len(adapters)
+    trainable = sum(p.numel() for p in module.model.parameters() if p.requires_grad)
+    assert trainable < 0.1 * sum(p.numel() for p in module.model.parameters())
+    # They moved: B started at zero.
+    moved = {
+        name: np.abs(value - lora_run["initial"][name]).max()
+        for name, value in learner_adapters(lora_run["algo"]).items()
+    }
+    assert min(moved[name] for name in moved if "lora_B" in name) > 1e-4
+
+
+def test_the_engine_samples_from_the_learners_policy_after_every_sync(lora_run):
+    for result in lora_run["results"]:
+        learner = result["learners"]["default_policy"]
+        # float32 noise: the engine holds the adapter of the last update, not an older one
+        assert learner[Metrics.ROLLOUT_LOGP_ABS_DIFF] < 1e-5, learner[Metrics.ROLLOUT_LOGP_ABS_DIFF]
+
+
+def test_the_engine_holds_the_newest_adapter_only(lora_run):
+    algo = lora_run["algo"]
+    learner = learner_adapters(algo)
+    ((engine, (name, held)),) = engine_adapters(algo)
+    # A version per sync (one per training step), and only that one in the engine.
+    assert name == "policy-v3" and held == {3}
+    assert sorted(engine) == sorted(learner)
+    for key, value in learner.items():
+        np.testing.assert_array_equal(engine[key], value, err_msg=key)
+
+
+def test_async_runs_with_two_env_runners_sync_the_adapter(ray_session, tiny_model_path):
+    config = tiny_config(tiny_model_path, **LORA, async_rollout=True, rollout_correction="tis")
+    algo = config.env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5).build_algo()
+    try:
+        first, second = algo.train(), algo.train()
+        # One update of staleness, as in full fine-tuning (test_rollout_side): the adapters do reach
+        # the engines, one step after the learner.
+        stale = second["learners"]["default_policy"][Metrics.ROLLOUT_LOGP_ABS_DIFF]
+        assert stale > 10 * first["learners"]["default_policy"][Metrics.ROLLOUT_LOGP_ABS_DIFF]
+        learner = learner_adapters(algo)
+        for engine, (_, held) in engine_adapters(algo):
+            assert len(held) == 1
+            for key, value in learner.items():
+                np.testing.assert_array_equal(engine[key], value, err_msg=key)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        (dict(lora_rank=0), r"lora_rank=0 must be a whole number in 1\.\.512"),
+        (dict(lora_rank=1024), r"lora_rank=1024 must be a whole number in 1\.\.512"),
+        (dict(lora_rank=8, lora_alpha=-1), r"lora_alpha=-1 must be a positive number"),
+        (dict(lora_rank=8, lora_dropout=1.0), r"lora_dropout=1\.0 must be in \[0, 1\)"),
+        (
+            dict(lora_rank=8, lora_target_modules=[]),
+            r"lora_target_modules=\[\] must be 'all-linear' or a non-empty list",
+        ),
+        (
+            dict(lora_rank=8, deepspeed_config={"zero_optimization": {"stage": 2}}),
+            r"LoRA under DeepSpeed ZeRO is not supported yet",
+        ),
+    ],
+)
+def test_bad_lora_settings(tiny_model_path, settings, error):
+    with pytest.raises(ValueError, match=error):
+        tiny_config(tiny_model_path, **settings).validate()
+
+
+def test_target_modules_that_match_nothing_name_the_models_linear_layers(tiny_model_path):
+    from dapo_rllib.lora import apply_lora
+    from dapo_rllib.rl_module import load_causal_lm
+
+    model = load_causal_lm(tiny_model_path)
+    settings = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["qkv"]}
+    with pytest.raises(
+        ValueError,
+        match=r"lora_target_modules=\['qkv'\] match no layer of the model; its linear layers are \['down_proj', 'gate_proj', 'k_proj', 'lm_head', 'o_proj', 'q_proj', 'up_proj', 'v_proj'\]",
+    ):
+        apply_lora(model, settings)
