@@ -369,6 +369,7 @@ class DAPOConfig(AlgorithmConfig):
             "alpha": 2 * self.lora_rank if self.lora_alpha is None else self.lora_alpha,
             "dropout": self.lora_dropout,
             "target_modules": self.lora_target_modules,
+            "seed": self.seed or 0,  # of the adapters' initial A matrices
         }
 
     # ----- RLlib hooks ---------------------------------------------------------------------

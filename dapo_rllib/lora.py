@@ -56,7 +56,11 @@ def apply_lora(model, settings: dict[str, Any]):
         task_type="CAUSAL_LM",
     )
     try:
-        return get_peft_model(model, config)
+        # The A matrices start random: from the run's seed, so that every learner (and a resumed
+        # run's rebuild) starts from the same adapters, whatever the global RNG did before.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(settings["seed"])
+            return get_peft_model(model, config)
     except ValueError as error:
         if "not found in the base model" not in str(error) and "Target modules" not in str(error):
             raise

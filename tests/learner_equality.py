@@ -97,6 +97,7 @@ def one_step(learner, batch: dict[str, np.ndarray]) -> dict:
         out["grads"] = {
             name: p.grad.detach().clone()
             for name, p in learner.module[DEFAULT_MODULE_ID].unwrapped().model.named_parameters()
+            if p.requires_grad  # with LoRA, the adapters only
         }
     return out
 

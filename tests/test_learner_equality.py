@@ -1,8 +1,9 @@
 """Proof by equality: one optimizer step on the same uneven batch gives the same loss, grad norm
 and updated weights whether the mini-batch runs in one piece, in micro-batches of a small token
 budget, or on two data-parallel learners (DDP, and DeepSpeed ZeRO-3), for every loss
-aggregation mode. Some of the batch's sequences are multi-turn episodes, with environment tokens
-inside the response that are out of the loss."""
+aggregation mode; and a step of LoRA adapters in one piece, in micro-batches and on two DDP
+learners. Some of the batch's sequences are multi-turn episodes, with environment tokens inside
+the response that are out of the loss."""
 
 import multiprocessing
 import socket
@@ -109,8 +110,13 @@ def two_learners(tiny_model_path, batch, tmp_path_factory):
     processes runs both)."""
     runs = [dict(loss_agg_mode=mode, max_tokens_per_micro_batch=24) for mode in LOSS_AGG_MODES]
     runs += [dict(run, deepspeed_config=ZERO3) for run in runs]
+    runs += [dict(LORA, max_tokens_per_micro_batch=24)]
     results = run_data_parallel(str(tiny_model_path), batch, runs, tmp_path_factory.mktemp("two_learners"))
-    return {"ddp": dict(zip(LOSS_AGG_MODES, results[:4])), "zero3": dict(zip(LOSS_AGG_MODES, results[4:]))}
+    return {
+        "ddp": dict(zip(LOSS_AGG_MODES, results[:4])),
+        "zero3": dict(zip(LOSS_AGG_MODES, results[4:8])),
+        "lora_ddp": results[8],
+    }
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
@@ -121,6 +127,30 @@ def test_two_ddp_learners_give_the_same_step(two_learners, whole, mode):
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_two_zero3_learners_give_the_same_step(two_learners, whole, mode):
     assert_same_step(two_learners["zero3"][mode], whole[mode])
+
+
+# LoRA adapters: the B matrices start at zero, so a first step moves B (A's gradient is zero).
+LORA = dict(lora_rank=8, lora_alpha=16)
+
+
+@pytest.fixture(scope="module")
+def lora_whole(tiny_model_path, batch):
+    return one_step(build_learner(str(tiny_model_path), **LORA), batch)
+
+
+def test_a_lora_step_trains_the_adapters_only(lora_whole):
+    assert lora_whole["grads"] and all("lora_" in name for name in lora_whole["grads"])
+    assert max(g.abs().max() for name, g in lora_whole["grads"].items() if "lora_B" in name) > 0
+
+
+def test_lora_in_micro_batches_gives_the_same_step(tiny_model_path, batch, lora_whole):
+    result = one_step(build_learner(str(tiny_model_path), **LORA, max_tokens_per_micro_batch=16), batch)
+    assert result[Metrics.MICRO_BATCHES] >= 8
+    assert_same_step(result, lora_whole)
+
+
+def test_lora_on_two_ddp_learners_gives_the_same_step(two_learners, lora_whole):
+    assert_same_step(two_learners["lora_ddp"], lora_whole)
 
 
 def test_one_zero3_learner_with_optimizer_offload_gives_the_same_step(tiny_model_path, batch, whole, tmp_path):

@@ -114,9 +114,57 @@ def test_target_modules_that_match_nothing_name_the_models_linear_layers(tiny_mo
     from dapo_rllib.rl_module import load_causal_lm
 
     model = load_causal_lm(tiny_model_path)
-    settings = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["qkv"]}
+    settings = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["qkv"], "seed": 0}
     with pytest.raises(
         ValueError,
         match=r"lora_target_modules=\['qkv'\] match no layer of the model; its linear layers are \['down_proj', 'gate_proj', 'k_proj', 'lm_head', 'o_proj', 'q_proj', 'up_proj', 'v_proj'\]",
     ):
         apply_lora(model, settings)
+
+
+# Any few token ids of the tiny vocabulary.
+IDS = [[5, 17, 42, 8, 99, 3]]
+
+
+@pytest.fixture(scope="module")
+def lora_checkpoint(lora_run, tmp_path_factory):
+    """A checkpoint of the run, and the policy's logits on IDS when it was taken."""
+    import torch
+
+    path = tmp_path_factory.mktemp("lora") / "checkpoint"
+    lora_run["algo"].save_to_path(str(path))
+    with torch.no_grad():
+        logits = (
+            lora_run["algo"].learner_group._learner.module["default_policy"].model(input_ids=torch.tensor(IDS)).logits
+        )
+    return path, logits
+
+
+def test_a_lora_run_resumes_exactly(lora_run, lora_checkpoint):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    restored = Algorithm.from_checkpoint(str(lora_checkpoint[0]))
+    try:
+        resumed = restored.train()
+        resumed_adapters = learner_adapters(restored)
+    finally:
+        restored.stop()
+    continued = lora_run["algo"].train()
+    r, c = resumed["learners"]["default_policy"], continued["learners"]["default_policy"]
+    for key in ("policy_loss", "grad_norm", Metrics.ROLLOUT_LOGP_ABS_DIFF):
+        assert r[key] == pytest.approx(c[key], rel=1e-5, abs=1e-7), key
+    for name, value in learner_adapters(lora_run["algo"]).items():
+        np.testing.assert_allclose(resumed_adapters[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_export_merges_the_adapters_into_a_plain_model(lora_checkpoint, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
+
+    path, logits = lora_checkpoint
+    merged = AutoModelForCausalLM.from_pretrained(export_hf_model_from_checkpoint(path, tmp_path / "merged"))
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(merged(torch.tensor(IDS)).logits, logits, atol=1e-5, rtol=1e-5)
