@@ -92,8 +92,10 @@ def policy_module_path(path: str | Path, module_id: str = DEFAULT_MODULE_ID) -> 
     return _checked(path) / COMPONENT_LEARNER_GROUP / COMPONENT_LEARNER / COMPONENT_RL_MODULE / module_id
 
 
-def export_hf_model_from_checkpoint(path: str | Path, out_dir: str | Path) -> Path:
-    """Write a DAPO checkpoint's policy as a Hugging Face model directory (no engine started).
+def export_hf_model_from_checkpoint(path: str | Path, out_dir: str | Path, *, merge: bool = True) -> Path:
+    """Write a DAPO checkpoint's policy as a Hugging Face model directory (no engine started); a
+    policy of LoRA adapters with them merged in, or with ``merge=False`` as a PEFT adapter directory
+    (`PeftModel.from_pretrained` over the base model, which its ``adapter_config.json`` names).
 
     Raises:
         FileNotFoundError: ``path`` is not an algorithm checkpoint.
@@ -102,7 +104,7 @@ def export_hf_model_from_checkpoint(path: str | Path, out_dir: str | Path) -> Pa
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     from dapo_rllib.dapo import DAPO
-    from dapo_rllib.rl_module import CausalLMRLModule, export_hf_model
+    from dapo_rllib.rl_module import CausalLMRLModule, export_adapter, export_hf_model
 
     check_checkpoint_algorithm(path, DAPO, "export")
     module = RLModule.from_checkpoint(policy_module_path(path))
@@ -110,10 +112,7 @@ def export_hf_model_from_checkpoint(path: str | Path, out_dir: str | Path) -> Pa
         raise ValueError(
             f"the policy in {str(path)!r} is a {type(module).__name__}, not a Hugging Face causal LM; only DAPO checkpoints can be exported"
         )
-    return export_hf_model(
-        module.get_state(),
-        module.model_config["model_path"],
-        out_dir,
-        module.model_config.get("dtype", "float32"),
-        lora=module.model_config.get("lora"),
-    )
+    dtype, lora = module.model_config.get("dtype", "float32"), module.model_config.get("lora")
+    if lora is not None and not merge:
+        return export_adapter(module.get_state(), module.model_config["model_path"], out_dir, dtype, lora)
+    return export_hf_model(module.get_state(), module.model_config["model_path"], out_dir, dtype, lora=lora)

@@ -33,8 +33,13 @@ def _evaluate(args) -> None:
 def _export(args) -> None:
     from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
 
-    out = export_hf_model_from_checkpoint(args.checkpoint, args.out_dir)
-    print(f"Hugging Face model directory: {out} (load with AutoModelForCausalLM.from_pretrained or vllm.LLM)")
+    out = export_hf_model_from_checkpoint(args.checkpoint, args.out_dir, merge=args.merge)
+    if (out / "adapter_config.json").is_file():
+        print(
+            f"PEFT adapter directory: {out} (load with PeftModel.from_pretrained over its base model, or rllib evaluate {out})"
+        )
+    else:
+        print(f"Hugging Face model directory: {out} (load with AutoModelForCausalLM.from_pretrained or vllm.LLM)")
 
 
 def _plot(args) -> None:
@@ -126,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="write a DAPO checkpoint's policy as a Hugging Face model directory")
     export.add_argument("checkpoint", help="algorithm checkpoint directory")
     export.add_argument("out_dir", help="output directory (save_pretrained layout, tokenizer included)")
+    export.add_argument(
+        "--merge",
+        action="store_true",
+        help="a LoRA run's policy as a model with the adapters merged in (default: a PEFT adapter directory)",
+    )
     export.set_defaults(func=_export)
 
     data = commands.add_parser("data", help="dataset tools: rllib data convert <in> <out.parquet>")

@@ -40,6 +40,7 @@ from dapo_rllib.columns import Metrics
 from dapo_rllib.contracts import EvalRecord
 from dapo_rllib.data.code_tasks import is_code_task_file
 from dapo_rllib.registry import CODE_ENV
+from dapo_rllib.rl_module import merge_adapter_directory
 from dapo_rllib.tables import format_table
 
 # Reference lengths (docs/algorithm.md §5), cut to the model's context when it is shorter.
@@ -98,24 +99,39 @@ def evaluate(
             return evaluate_algorithm_checkpoint(model, out=out)
         with tempfile.TemporaryDirectory(prefix="dapo_eval_") as exported:
             print(f"exporting the policy of {model} ...", flush=True)
-            config.training(model_path=str(export_hf_model_from_checkpoint(model, exported)))
+            config.training(model_path=str(export_hf_model_from_checkpoint(model, exported)), lora_rank=None)
             return _evaluate_dapo(config, model, out=out, **dapo_options)
-    if (model / "config.json").is_file():
+    if (model / "config.json").is_file() or (model / "adapter_config.json").is_file():
         if data is None:
             raise ValueError(
                 f"--data is required to evaluate the model directory {str(model)!r} (a DAPO-format .parquet/.jsonl file, or 'arithmetic')"
             )
-        prompt, response = _lengths_for(model, max_prompt_length, max_response_length)
-        config = DAPOConfig().training(model_path=str(model))
-        if is_code_task_file(data):  # HumanEval, MBPP, LiveCodeBench or code-task rows: judged in the sandbox
-            config.environment(env=CODE_ENV)
-        return _evaluate_dapo(
-            config, model, out=out, **dapo_options | {"max_prompt_length": prompt, "max_response_length": response}
-        )
+        if (model / "config.json").is_file():
+            return _evaluate_model_directory(model, model, out=out, **dapo_options)
+        # A PEFT adapter (`rllib export` of a LoRA run): merged into the base model its config names.
+        with tempfile.TemporaryDirectory(prefix="dapo_eval_") as merged:
+            print(f"merging the adapter {model} into its base model ...", flush=True)
+            merged = merge_adapter_directory(model, merged, dtype or "float32")
+            return _evaluate_model_directory(merged, model, out=out, **dapo_options)
     raise FileNotFoundError(
         f"{str(model)!r} is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint "
         f"({CTOR_FILE}){': it does not exist' if not model.exists() else ''}; "
         "expected e.g. runs/<run>/checkpoint_000040 or a save_pretrained directory"
+    )
+
+
+def _evaluate_model_directory(
+    model_dir: Path, label: Path, *, out, data, max_prompt_length, max_response_length, **options
+):
+    """Evaluate the Hugging Face model in ``model_dir``, reported under ``label`` (what the user gave)."""
+    from dapo_rllib.dapo import DAPOConfig
+
+    prompt, response = _lengths_for(model_dir, max_prompt_length, max_response_length)
+    config = DAPOConfig().training(model_path=str(model_dir))
+    if is_code_task_file(data):  # HumanEval, MBPP, LiveCodeBench or code-task rows: judged in the sandbox
+        config.environment(env=CODE_ENV)
+    return _evaluate_dapo(
+        config, label, out=out, data=data, max_prompt_length=prompt, max_response_length=response, **options
     )
 
 

@@ -65,6 +65,31 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
             # apply; Qwen2.5's are 0).
             self.model.train()
 
+    @property
+    def lora(self) -> dict[str, Any] | None:
+        """The adapter settings when the model trains LoRA adapters, else None."""
+        return self.model_config.get("lora")
+
+    @override(TorchRLModule)
+    def get_state(self, components=None, *, not_components=None, inference_only: bool = False, **kwargs):
+        """The module's weights; with LoRA the adapters only: the frozen base is the model at
+        `model_path`, and a checkpoint need not hold a second copy of it."""
+        state = super().get_state(components, not_components=not_components, inference_only=inference_only, **kwargs)
+        return {key: value for key, value in state.items() if is_adapter_key(key)} if self.lora else state
+
+    @override(TorchRLModule)
+    def set_state(self, state) -> None:
+        """Load weights, refusing a state of the other kind (adapters into a full fine-tuning module, or
+        the reverse): RLlib's own `set_state` would skip what does not fit without a word."""
+        if state and any(map(is_adapter_key, state)) != bool(self.lora):
+            held = "LoRA adapters" if self.lora is None else "every weight of a full fine-tuning run"
+            wanted = f"LoRA adapters (lora_rank={self.lora['rank']})" if self.lora else "every weight (lora_rank=None)"
+            raise ValueError(
+                f"the state to load holds {held}, but this policy trains {wanted}: resume with the "
+                "checkpoint's LoRA settings (lora_rank and the rest), or start a new run"
+            )
+        super().set_state(state)
+
     @override(InferenceOnlyAPI)
     def get_non_inference_attributes(self) -> list[str]:
         """All of it: the env runners infer with vLLM, whose engines take the weights through the
@@ -146,6 +171,11 @@ def _sampled_logp_and_entropy(lm_head, hidden: torch.Tensor, tokens: torch.Tenso
     return logp, entropy
 
 
+def is_adapter_key(key: str) -> bool:
+    """Whether a parameter name is one of a LoRA adapter's (PEFT's ``lora_A``/``lora_B``)."""
+    return ".lora_A." in key or ".lora_B." in key
+
+
 def hf_weights(module_state: dict[str, Any]) -> dict[str, Any]:
     """RLModule state → Hugging Face parameter names (the module keeps the HF model as `model`)."""
     prefix = "model."
@@ -173,8 +203,13 @@ def export_hf_model(
     if lora is not None:
         model = apply_lora(model, lora)
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    # Tied output embeddings are stored once; anything else missing means the wrong base model.
-    missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
+    # Tied output embeddings are stored once; with LoRA the state holds the adapters only (the base
+    # is the model at model_path); anything else missing means the wrong base model.
+    missing = [
+        k
+        for k in missing
+        if not (k == "lm_head.weight" and model.config.tie_word_embeddings) and (lora is None or is_adapter_key(k))
+    ]
     if missing or unexpected:
         raise ValueError(
             f"the trained weights do not fit the model at {model_path}: missing {missing[:5]}, unexpected {unexpected[:5]}"
@@ -184,4 +219,36 @@ def export_hf_model(
     out = Path(out_dir)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(model_path)).save_pretrained(out)
+    return out
+
+
+def export_adapter(
+    module_state: dict[str, Any], model_path: str | Path, out_dir: str | Path, dtype: str, lora: dict[str, Any]
+) -> Path:
+    """Write a LoRA-trained module's adapters as a PEFT adapter directory (``adapter_config.json``, naming
+    ``model_path`` as the base, and ``adapter_model.safetensors``), with the base model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    model = apply_lora(load_causal_lm(model_path, dtype), lora)
+    weights = {k: torch.as_tensor(v) for k, v in hf_weights(module_state).items()}
+    unexpected = model.load_state_dict(weights, strict=False).unexpected_keys
+    if unexpected or not weights:
+        raise ValueError(f"the trained adapters do not fit the model at {model_path}: unexpected {unexpected[:5]}")
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(model_path)).save_pretrained(out)
+    return out
+
+
+def merge_adapter_directory(adapter_dir: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
+    """A PEFT adapter directory merged into its base model (the one its ``adapter_config.json`` names),
+    written as a plain Hugging Face model directory with the base model's tokenizer."""
+    from peft import PeftConfig, PeftModel
+    from transformers import AutoTokenizer
+
+    base = PeftConfig.from_pretrained(str(adapter_dir)).base_model_name_or_path
+    merged = PeftModel.from_pretrained(load_causal_lm(base, dtype), str(adapter_dir)).merge_and_unload()
+    out = Path(out_dir)
+    merged.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(out)
     return out

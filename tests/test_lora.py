@@ -1,6 +1,8 @@
 """LoRA (dapo_rllib.lora): adapters trained by PEFT in the learner, and only the adapters synced to the
 vLLM engines, which sample from exactly the learner's policy after every sync."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -168,3 +170,53 @@ def test_export_merges_the_adapters_into_a_plain_model(lora_checkpoint, tmp_path
     assert not any("lora" in name for name, _ in merged.named_parameters())
     with torch.no_grad():
         torch.testing.assert_close(merged(torch.tensor(IDS)).logits, logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_checkpoint_holds_the_adapters_not_a_copy_of_the_base(lora_checkpoint, tiny_model_path):
+    from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
+
+    from dapo_rllib.checkpoints import policy_module_path
+    from dapo_rllib.rl_module import CausalLMRLModule, is_adapter_key
+
+    saved = RLModule.from_checkpoint(policy_module_path(lora_checkpoint[0]))
+    state = saved.get_state()
+    assert state and all(is_adapter_key(key) for key in state)
+    # The other kind of policy refuses it, and the reverse, instead of loading nothing without a word.
+    space = saved.observation_space
+    full = RLModuleSpec(
+        module_class=CausalLMRLModule,
+        observation_space=space,
+        action_space=saved.action_space,
+        model_config=dict(saved.model_config, lora=None),
+    ).build()
+    with pytest.raises(
+        ValueError, match=r"holds LoRA adapters, but this policy trains every weight \(lora_rank=None\)"
+    ):
+        full.set_state(state)
+    with pytest.raises(
+        ValueError,
+        match=r"holds every weight of a full fine-tuning run, but this policy trains LoRA adapters \(lora_rank=8\)",
+    ):
+        saved.set_state(full.get_state())
+
+
+def test_export_writes_a_peft_adapter_that_evaluate_takes(lora_checkpoint, tmp_path):
+    import torch
+    from peft import PeftModel
+
+    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
+    from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
+    from dapo_rllib.evaluate import evaluate
+    from dapo_rllib.rl_module import load_causal_lm
+
+    path, logits = lora_checkpoint
+    adapter = export_hf_model_from_checkpoint(path, tmp_path / "adapter", merge=False)
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in adapter.iterdir()}
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    policy = PeftModel.from_pretrained(load_causal_lm(config["base_model_name_or_path"]), str(adapter))
+    with torch.no_grad():
+        torch.testing.assert_close(policy(input_ids=torch.tensor(IDS)).logits, logits, atol=1e-5, rtol=1e-5)
+    data = tmp_path / "arithmetic-2.jsonl"
+    write_jsonl(map(problem_to_row, generate_arithmetic_problems("test", 2)), data)
+    report = evaluate(adapter, data=str(data), num_samples=2, max_response_length=16, out=tmp_path / "eval.json")
+    assert report["settings"]["model"] == str(adapter) and report["metrics"]["arithmetic"]["num_samples"] == 4
