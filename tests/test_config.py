@@ -217,3 +217,11 @@ def test_code_example_is_the_math_example_with_the_environment_and_model_switche
     assert changed == ["env", "env_config", "eval_dataset", "max_response_length", "model_path"]
     assert (code_config.env, code_config.policy_model_path, code_stop) == ("dapo_code", tiny_code_model_path, math_stop)
     code_config.validate()
+
+
+def test_the_lora_example_is_the_main_job_with_adapters():
+    main, main_stop = load_example("tiny_arithmetic_dapo.py")
+    lora, stop = load_example("tiny_arithmetic_lora_dapo.py")
+    assert stop == main_stop and (lora.lora_rank, lora.lr) == (8, 1e-3) and main.lora_rank is None
+    changed = {key for key, value in lora.to_dict().items() if value != main.to_dict()[key]}
+    assert changed == {"lora_rank", "lr"}
