@@ -143,8 +143,10 @@ def test_a_lora_step_trains_the_adapters_only(lora_whole):
     assert max(g.abs().max() for name, g in lora_whole["grads"].items() if "lora_B" in name) > 0
 
 
-def test_lora_in_micro_batches_gives_the_same_step(tiny_model_path, batch, lora_whole):
-    result = one_step(build_learner(str(tiny_model_path), **LORA, max_tokens_per_micro_batch=16), batch)
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_lora_in_micro_batches_gives_the_same_step(tiny_model_path, batch, lora_whole, checkpointing):
+    settings = dict(LORA, max_tokens_per_micro_batch=16, gradient_checkpointing=checkpointing)
+    result = one_step(build_learner(str(tiny_model_path), **settings), batch)
     assert result[Metrics.MICRO_BATCHES] >= 8
     assert_same_step(result, lora_whole)
 
