@@ -26,6 +26,7 @@ Random weights score 0 on every problem, so dynamic sampling is off (every group
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import statistics
@@ -55,6 +56,8 @@ class Workload:
     max_response_length: int
     max_tokens_per_micro_batch: int
     gradient_checkpointing: bool
+    lora_rank: int | None = None  # LoRA adapters of this rank on every decoder linear layer; None: full fine-tuning
+    dtype: str = "float32"  # model_dtype: the learner computes in it, vLLM serves it
 
 
 QWEN2_5_0_5B = dict(
@@ -64,6 +67,27 @@ QWEN2_5_0_5B = dict(
     num_attention_heads=14,
     num_key_value_heads=2,
     vocab_size=151936,
+)
+QWEN2_5_1_5B = dict(
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    vocab_size=151936,
+)
+QWEN2_5_3B = dict(
+    hidden_size=2048,
+    intermediate_size=11008,
+    num_hidden_layers=36,
+    num_attention_heads=16,
+    num_key_value_heads=2,
+    vocab_size=151936,
+)
+# The 0.5B shape's DAPO step (4 prompts x 4 x up to 64 tokens, 1,024-token micro-batches with
+# gradient checkpointing), the same for every shape, dtype and LoRA setting.
+SHAPE_STEP = dict(
+    prompts=4, group_size=4, max_response_length=64, max_tokens_per_micro_batch=1024, gradient_checkpointing=True
 )
 WORKLOADS = {
     # A 25M-parameter Qwen2 with the tiny vocabulary: 16 prompts x 8 x up to 256 tokens.
@@ -78,14 +102,14 @@ WORKLOADS = {
         gradient_checkpointing=False,
     ),
     # Qwen2.5-0.5B's shape: 494M parameters, the real vocabulary. 4 prompts x 4 x 64 tokens.
-    "qwen2.5-0.5b-shape": Workload(
-        QWEN2_5_0_5B,
-        prompts=4,
-        group_size=4,
-        max_response_length=64,
-        max_tokens_per_micro_batch=1024,
-        gradient_checkpointing=True,
-    ),
+    "qwen2.5-0.5b-shape": Workload(QWEN2_5_0_5B, **SHAPE_STEP),
+    "qwen2.5-0.5b-shape-bf16": Workload(QWEN2_5_0_5B, **SHAPE_STEP, dtype="bfloat16"),
+    "qwen2.5-0.5b-shape-lora": Workload(QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16),
+    "qwen2.5-0.5b-shape-lora-bf16": Workload(QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
+    # Qwen2.5-1.5B's and -3B's shapes (1.54B and 3.09B parameters): LoRA in bfloat16 only, the one
+    # setting whose learner and engine fit this machine's 24 GiB together.
+    "qwen2.5-1.5b-shape-lora-bf16": Workload(QWEN2_5_1_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
+    "qwen2.5-3b-shape-lora-bf16": Workload(QWEN2_5_3B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
 }
 SMOKE = Workload(
     dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
@@ -95,12 +119,29 @@ SMOKE = Workload(
     max_tokens_per_micro_batch=256,
     gradient_checkpointing=True,
 )
+# `--smoke` runs both: the small shape, and again with LoRA in bfloat16 (CI: neither path can rot).
+SMOKE_WORKLOADS = {"smoke": SMOKE, "smoke-lora-bf16": dataclasses.replace(SMOKE, lora_rank=8, dtype="bfloat16")}
 PHASES = {
     "generation_s": Metrics.GENERATION_S,
     "old_logp_s": Metrics.OLD_LOG_PROBS_S,
     "update_s": Metrics.UPDATE_S,
     "weight_sync_s": Metrics.WEIGHT_SYNC_S,
 }
+
+
+SHAPE_TAGS = {
+    "hidden_size": "h",
+    "intermediate_size": "i",
+    "num_hidden_layers": "l",
+    "num_attention_heads": "a",
+    "num_key_value_heads": "kv",
+    "vocab_size": "v",
+}
+
+
+def model_dir(shape: dict) -> Path:
+    """Where the random model of ``shape`` is cached: one per shape, whatever the dtype or LoRA setting."""
+    return default_cache_dir() / ("random-qwen2-" + "-".join(f"{SHAPE_TAGS[k]}{v}" for k, v in shape.items()))
 
 
 def peak_rss_gb() -> float:
@@ -163,23 +204,34 @@ def config_for(workload: Workload, model_path: Path, async_rollout: bool = False
             lr=1e-6,
             lr_warmup_steps=0,
             async_rollout=async_rollout,
+            model_dtype=workload.dtype,
+            lora_rank=workload.lora_rank,
         )
         .debugging(seed=0)
     )
 
 
-def bare_step_s(
-    model_path: Path, sequences: list[tuple[list[int], list[int]]], max_tokens: int, gradient_checkpointing: bool
-) -> float:
+def bare_step_s(workload: Workload, model_path: Path, sequences: list[tuple[list[int], list[int]]]) -> float:
     """A bare PyTorch step over the learner's micro-batches: forward, the sampled tokens'
-    log-probs (logsumexp and gather), backward, AdamW. No RLlib, no connectors, no metrics."""
+    log-probs (logsumexp and gather), backward, AdamW. No RLlib, no connectors, no metrics. With
+    LoRA the model is a bare PEFT model (`get_peft_model`, adapters on every decoder linear layer)
+    and AdamW holds its adapters; in bfloat16 full fine-tuning computes under autocast on float32
+    weights, LoRA on a bfloat16 base, as the learner does."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    if gradient_checkpointing:
+    dtype = getattr(torch, workload.dtype)
+    autocast = workload.lora_rank is None and dtype != torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if autocast else dtype)
+    if workload.lora_rank is not None:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=workload.lora_rank, lora_alpha=2 * workload.lora_rank, target_modules="all-linear")
+        model = get_peft_model(model, lora)
+    if workload.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+    max_tokens = workload.max_tokens_per_micro_batch
     plan = plan_micro_batches(
         torch.tensor([len(p) for p, _ in sequences]), torch.tensor([len(r) for _, r in sequences]), max_tokens
     )
@@ -193,17 +245,18 @@ def bare_step_s(
         for j, (p, r) in enumerate(rows):
             ids[j, width_p - len(p) : width_p + len(r)] = torch.tensor(p + r)
             mask[j, width_p - len(p) : width_p + len(r)] = 1
-        logits = (
-            model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                logits_to_keep=width_r + 1,
-                use_cache=False,
+        with torch.autocast("cpu", dtype=dtype, enabled=autocast):
+            logits = (
+                model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                    logits_to_keep=width_r + 1,
+                    use_cache=False,
+                )
+                .logits[:, :-1]
+                .float()
             )
-            .logits[:, :-1]
-            .float()
-        )
         response = ids[:, width_p:]
         logp = logits.gather(-1, response.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
         (-(logp * mask[:, width_p:]).sum() / num_tokens).backward()
@@ -230,13 +283,13 @@ def train_steps(algo, name: str, steps: int) -> dict:
     return {key: statistics.mean(r[key] for r in measured) for key in rows[0]}
 
 
-def async_step_s(name: str, steps: int, smoke: bool) -> float:
+def async_step_s(name: str, steps: int) -> float:
     """step_s of the workload with async_rollout=True, in a process of its own (a second
     learner in this one would add its memory to this one's figures)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "async.json"
         command = [sys.executable, __file__, "--async-only", "--steps", str(steps), "--json", str(out)]
-        subprocess.run(command + (["--smoke"] if smoke else ["--workload", name]), check=True)
+        subprocess.run(command + ["--workload", name], check=True)
         return json.loads(out.read_text())["async_step_s"]
 
 
@@ -264,7 +317,7 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
     peak_learner = peak_rss_gb()
     sequences = [(list(ep.get_observations(0)), list(ep.get_actions(0))) for ep in episodes]
     algo.stop()
-    bare_s = bare_step_s(model_path, sequences, workload.max_tokens_per_micro_batch, workload.gradient_checkpointing)
+    bare_s = bare_step_s(workload, model_path, sequences)
 
     with open(model_path / "config.json") as f:
         vocab_size = json.load(f)["vocab_size"]
@@ -281,6 +334,8 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
         "prompts_x_group_x_max_tokens": f"{workload.prompts} x {workload.group_size} x {workload.max_response_length}",
         "max_tokens_per_micro_batch": workload.max_tokens_per_micro_batch,
         "gradient_checkpointing": workload.gradient_checkpointing,
+        "lora_rank": workload.lora_rank,
+        "model_dtype": workload.dtype,
         "response_tokens": sum(len(r) for _, r in sequences),
         **figures,
         "weight_sync_bucket_mb": algo.config.weight_sync_bucket_mb,
@@ -297,7 +352,7 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
+    parser.add_argument("--workload", choices=[*WORKLOADS, *SMOKE_WORKLOADS, "all"], default="all")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--smoke", action="store_true", help="one step of a small shape (CI: the benchmark still runs)")
@@ -305,12 +360,13 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.smoke:
-        runs = {"smoke": (SMOKE, 1)}
+        runs = {name: (w, 1) for name, w in SMOKE_WORKLOADS.items()}
+    elif args.workload in SMOKE_WORKLOADS:
+        runs = {args.workload: (SMOKE_WORKLOADS[args.workload], args.steps)}
     else:
         runs = {name: (w, args.steps) for name, w in WORKLOADS.items() if args.workload in (name, "all")}
     models = {
-        name: build_random_model(default_cache_dir() / f"random-qwen2-{name}", w.shape, ensure_tiny_model())
-        for name, (w, _) in runs.items()
+        name: build_random_model(model_dir(w.shape), w.shape, ensure_tiny_model()) for name, (w, _) in runs.items()
     }
     # A cluster of its own (address="local"), not one another job on this machine started.
     ray.init(address="local", num_cpus=2, include_dashboard=False)
@@ -327,7 +383,7 @@ def main() -> None:
     ray.shutdown()
     for result, (name, (_, steps)) in zip(results, runs.items()):
         try:
-            result["async_step_s"] = async_step_s(name, steps, args.smoke)
+            result["async_step_s"] = async_step_s(name, steps)
         except subprocess.CalledProcessError as error:
             if args.smoke:  # CI: the benchmark must not rot
                 raise

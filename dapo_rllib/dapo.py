@@ -44,6 +44,12 @@ from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
 from dapo_rllib.validation import as_stats, heldout_results
 from dapo_rllib.weight_sync import stream_weights
 
+LORA_SYNC_LINES = {
+    "adapter": "adapter-only weight sync (the vLLM engines serve the base model with the adapter)",
+    "merged": "merged weight sync (vLLM cannot serve these adapters: the weights with the adapters merged in "
+    "travel to the engines after each step, as in full fine-tuning)",
+}
+
 __all__ = ["DAPO", "DAPOConfig", "learner_data"]
 
 PENDING_GROUPS = "pending_groups"  # checkpoint key: async_rollout's batch for the next step
@@ -69,6 +75,9 @@ class DAPO(Algorithm):
 
             # The documented default, built once (then cached) before any runner or learner loads it.
             ensure_tiny_model()
+        if config.lora_settings is not None:
+            # Resolved (and refused with its reason) before any learner or env runner starts.
+            print(f"LoRA rank {config.lora_rank}: {LORA_SYNC_LINES[config.lora_sync_path]}", flush=True)
         super().setup(config)
         self._tensorboard: TensorBoardWriter | None = None
         self._evaluated_before_training = False

@@ -94,6 +94,7 @@ class DAPOConfig(AlgorithmConfig):
         self.lora_alpha = None
         self.lora_dropout = 0.0
         self.lora_target_modules = "all-linear"
+        self.lora_sync = "auto"
         self.deepspeed_config = None
         # Rollout side: weight sync, mismatch correction, overlap.
         self.weight_sync_bucket_mb = 512
@@ -145,6 +146,7 @@ class DAPOConfig(AlgorithmConfig):
         lora_alpha: float | None = NotProvided,
         lora_dropout: float = NotProvided,
         lora_target_modules: str | list[str] = NotProvided,
+        lora_sync: str = NotProvided,
         deepspeed_config: dict | str | None = NotProvided,
         weight_sync_bucket_mb: float = NotProvided,
         rollout_correction: str | None = NotProvided,
@@ -221,6 +223,11 @@ class DAPOConfig(AlgorithmConfig):
             lora_target_modules: The linear layers that get adapters: "all-linear" (default:
                 every linear layer of the decoder, not the output head) or a list of module
                 names (PEFT's matching: "q_proj", "v_proj", ...).
+            lora_sync: How the adapters reach the vLLM engines after each step: "adapter" (only
+                the adapters travel; the engines serve the base model with them), "merged" (the
+                weights with the adapters merged in travel, as in full fine-tuning, to engines
+                without LoRA) or "auto" (default: "adapter" where vLLM can serve every adapter,
+                which it can on the decoder's linear layers, else "merged"). The run logs the path.
             deepspeed_config: Run the learner under DeepSpeed ZeRO (stage 2 or 3, optional
                 optimizer offload): a DeepSpeed config dict or the path of a JSON file. Batch
                 sizes, clipping and the optimizer stay DAPO's settings and must not be set
@@ -371,6 +378,16 @@ class DAPOConfig(AlgorithmConfig):
             "target_modules": self.lora_target_modules,
             "seed": self.seed or 0,  # of the adapters' initial A matrices
         }
+
+    @property
+    def lora_sync_path(self) -> str | None:
+        """How the policy reaches the engines with LoRA: "adapter" or "merged" (`lora_sync`, resolved
+        against the model's layers by `dapo_rllib.lora.lora_sync_path`); None for full fine-tuning."""
+        if self.lora_settings is None:
+            return None
+        from dapo_rllib.lora import lora_sync_path
+
+        return lora_sync_path(self.policy_model_path, self.lora_settings, self.lora_sync)
 
     # ----- RLlib hooks ---------------------------------------------------------------------
     @override(AlgorithmConfig)
@@ -571,7 +588,7 @@ class DAPOConfig(AlgorithmConfig):
                 f"grad_clip_by={self.grad_clip_by!r}: under DeepSpeed gradients are clipped by their global norm only",
             )
         if self.lora_rank is not None:
-            from dapo_rllib.lora import MAX_RANK
+            from dapo_rllib.lora import LORA_SYNC_MODES, MAX_RANK
 
             need(
                 isinstance(self.lora_rank, int)
@@ -597,8 +614,8 @@ class DAPOConfig(AlgorithmConfig):
                 f"lora_target_modules={self.lora_target_modules!r} must be 'all-linear' or a non-empty list of module names",
             )
             need(
-                self.deepspeed_config is None,
-                "lora_rank is set together with deepspeed_config: LoRA under DeepSpeed ZeRO is not supported yet (the adapters are small: plain PyTorch or DDP learners hold them)",
+                self.lora_sync in LORA_SYNC_MODES,
+                f"lora_sync={self.lora_sync!r}; expected one of {LORA_SYNC_MODES}",
             )
         need(
             self.env_runner_cls is not None and hasattr(self.env_runner_cls, "evaluate"),

@@ -72,7 +72,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.tokenizer = AutoTokenizer.from_pretrained(self.config.policy_model_path)
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
         owner = f"env runner {self.worker_index}"
-        if self.config.lora_settings is None:
+        if self.config.lora_sync_path != "adapter":  # every weight (full fine-tuning, or merged adapters)
             self._engine_weights = EngineWeights(self.llm, owner=owner)
         else:  # the base model serves the learner's adapter (dapo_rllib.lora)
             config = lora_adapter_config(self.config.policy_model_path, self.config.lora_settings)

@@ -14,6 +14,7 @@ import copy
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
@@ -23,7 +24,7 @@ from torch.distributed import ReduceOp
 
 from dapo_rllib import core_algos
 from dapo_rllib.columns import Columns, Metrics
-from dapo_rllib.lora import adapter_tensors
+from dapo_rllib.lora import MergedWeights, adapter_tensors
 from dapo_rllib.micro_batching import padding_fraction, plan_for_batch, take
 from dapo_rllib.ray_private import learner_weights_seq_no
 from dapo_rllib.rl_module import response_logprobs
@@ -43,8 +44,9 @@ class DAPOTorchLearner(TorchLearner):
         super().build()
         self._num_training_steps = 0
         self._ref_models = {}
-        if self.config.kl_coef > 0:
-            # A frozen copy of the initial policy for the KL term.
+        if self.config.kl_coef > 0 and self.config.lora_settings is None:
+            # A frozen copy of the initial policy for the KL term (with LoRA the base model is
+            # that policy: the adapters are switched off instead, see `reference_logprobs`).
             for mid in self.module.keys():
                 ref = copy.deepcopy(self.module[mid].unwrapped().model).eval()
                 ref.requires_grad_(False)
@@ -136,6 +138,16 @@ class DAPOTorchLearner(TorchLearner):
         self.metrics.log_value((module_id, Metrics.MICRO_BATCHES), float(len(plan)), reduce="mean")
         return torch.tensor(totals[Metrics.POLICY_LOSS] + config.kl_coef * totals.get(Metrics.KL_LOSS, 0.0))
 
+    @torch.no_grad()
+    def reference_logprobs(self, module_id, batch, temperature: float) -> torch.Tensor:
+        """The initial policy's log-probs of the batch's responses (the KL term's reference)."""
+        module = self.module[module_id].unwrapped()
+        if module_id in self._ref_models:
+            with module.autocast(batch):
+                return response_logprobs(self._ref_models[module_id], batch, temperature)[Columns.LOGP]
+        with module.model.disable_adapter():  # LoRA: the base model
+            return module.forward_train(batch)[Columns.LOGP]
+
     def micro_batch_loss(self, module_id, config, batch, fwd_out, counts) -> tuple[torch.Tensor, dict]:
         """The loss of `batch` and its metrics: loss terms as they are, the rest as means over
         `batch`'s loss tokens. `counts` are the (loss tokens, sequences) the loss divides by: the
@@ -177,8 +189,7 @@ class DAPOTorchLearner(TorchLearner):
         metrics |= rollout_metrics | correction_metrics
         metrics[Metrics.POLICY_LOSS] = loss.detach()
         if config.kl_coef > 0:
-            with torch.no_grad():
-                ref_logp = response_logprobs(self._ref_models[module_id], batch, config.temperature)[Columns.LOGP]
+            ref_logp = self.reference_logprobs(module_id, batch, config.temperature)
             kl = core_algos.kl_penalty(logp, ref_logp, kind=config.kl_penalty)
             kl_loss = core_algos.agg_loss(
                 kl,
@@ -258,24 +269,32 @@ class DAPOTorchLearner(TorchLearner):
     def weight_sync_plan(self, bucket_bytes: int) -> tuple[list[list[Piece]], int]:
         """(buckets of the policy's Hugging Face parameters, weights sequence number). The
         buckets are the same on every learner: shapes are the full ones, also under ZeRO-3."""
-        params = self._hf_parameters()
-        plan = plan_buckets(((name, self.full_shape(p), p.element_size()) for name, p in params.items()), bucket_bytes)
+        weights = self._synced_weights()
+        plan = plan_buckets(
+            ((name, self.full_shape(p), p.element_size()) for name in weights for p in _sources(weights, name)[:1]),
+            bucket_bytes,
+        )
         return plan, learner_weights_seq_no(self)
 
     def send_weight_bucket(self, bucket: list[Piece], transport: str):
         """Learner rank 0 sends `bucket` and returns the transport's handle; the others return
         None (under ZeRO-3 they take part in gathering the bucket's parameters)."""
-        params = self._hf_parameters()
-        with self.gathered([params[name] for name in dict.fromkeys(piece.name for piece in bucket)]):
+        weights = self._synced_weights()
+        names = dict.fromkeys(piece.name for piece in bucket)
+        with self.gathered([p for name in names for p in _sources(weights, name)]):
             if self.world_size() > 1 and torch.distributed.get_rank() != 0:
                 return None
-            return TRANSPORTS[transport]().send(bucket_tensors(bucket, params))
+            return TRANSPORTS[transport]().send(bucket_tensors(bucket, weights))
 
-    def _hf_parameters(self) -> dict[str, torch.Tensor]:
-        """What the weight sync sends: every parameter, or with LoRA the adapters only (`dapo_rllib.lora`)."""
+    def _synced_weights(self) -> Mapping[str, torch.Tensor]:
+        """What the weight sync sends: every parameter; with LoRA the adapters only, or the weights with
+        the adapters merged in (`DAPOConfig.lora_sync_path`, `dapo_rllib.lora`)."""
         model = self.module[DEFAULT_MODULE_ID].unwrapped().model
-        if self.config.lora_settings is not None:
+        path = self.config.lora_sync_path
+        if path == "adapter":
             return adapter_tensors(model)
+        if path == "merged":
+            return MergedWeights(model)
         # Tied parameters (a tied lm_head) appear once, as vLLM expects.
         return dict(model.named_parameters())
 
@@ -300,3 +319,8 @@ class DAPOTorchLearner(TorchLearner):
         super().set_state(state)
         if TRAINING_STEPS in state:
             self._num_training_steps = state[TRAINING_STEPS]
+
+
+def _sources(weights: Mapping[str, torch.Tensor], name: str) -> list[torch.Tensor]:
+    """The parameters the synced weight ``name`` is read from, the one that gives its shape first."""
+    return weights.sources(name) if isinstance(weights, MergedWeights) else [weights[name]]

@@ -15,6 +15,11 @@ model with the adapter, and after each update only the adapter travels to them.
 The engine is built with LoRA enabled (`engine_lora_kwargs`) and samples through its LoRA layers
 from the start: a new adapter's B matrices are zero, so before the first sync it samples the base
 model, which is the learner's initial policy too.
+
+vLLM serves adapters on the decoder's linear layers only. Adapters elsewhere (the output layer, the
+embeddings) take the other sync path (`lora_sync_path`): the learner streams the base weights with
+the adapters merged in (`MergedWeights`), as a full fine-tuning run streams its weights, into an
+engine without LoRA.
 """
 
 from __future__ import annotations
@@ -23,14 +28,19 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 from dapo_rllib.weight_sync import BucketAssembler
 
+#: How the adapters reach the engines (`DAPOConfig.lora_sync`): "auto" picks "adapter" where vLLM
+#: can serve every adapter, else "merged".
+LORA_SYNC_MODES = ("auto", "adapter", "merged")
 #: vLLM's allowed `max_lora_rank` values (vllm/config/lora.py); the engine takes the smallest that holds the rank.
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 MAX_RANK = VLLM_MAX_LORA_RANKS[-1]
@@ -102,6 +112,106 @@ def lora_adapter_config(model_path: str, settings: dict[str, Any]) -> dict[str, 
     with init_empty_weights():
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
     return adapter_config(apply_lora(model, settings))
+
+
+def lora_sync_path(model_path: str, settings: dict[str, Any], mode: str) -> str:
+    """The weight sync path of a LoRA run: "adapter" (vLLM serves the adapter; only it travels) or
+    "merged" (the merged weights travel to an engine without LoRA), as ``mode`` (`LORA_SYNC_MODES`)
+    asks and the adapters' layers allow.
+
+    Raises:
+        ValueError: ``mode`` is "adapter" and vLLM cannot serve some adapter, or no path can carry the
+            adapters (an adapter on an embedding the model ties to its output layer).
+    """
+    if mode not in LORA_SYNC_MODES:
+        raise ValueError(f"lora_sync={mode!r}; expected one of {LORA_SYNC_MODES}")
+    unservable, tied = _unservable_adapters(model_path, json.dumps(settings, sort_keys=True))
+    targets = f"lora_target_modules={settings['target_modules']!r}"
+    if not unservable:
+        return "adapter" if mode != "merged" else "merged"
+    if tied:
+        raise ValueError(
+            f"{targets} puts adapters on {unservable}: vLLM serves adapters on the decoder's linear layers only, "
+            "and the merged weights cannot carry them either, because the model ties its input and output "
+            "embeddings (tie_word_embeddings=True) while the adapter changes one of them: leave "
+            f"{sorted({name.rsplit('.', 1)[-1] for name in unservable})} out of lora_target_modules"
+        )
+    if mode == "adapter":
+        raise ValueError(
+            f"lora_sync='adapter' with {targets}: vLLM serves adapters on the decoder's linear layers only, not on "
+            f"{unservable}; set lora_sync='merged' (or 'auto') to send the weights with the adapters merged in"
+        )
+    return "merged"
+
+
+@lru_cache(maxsize=8)
+def _unservable_adapters(model_path: str, settings_json: str) -> tuple[list[str], bool]:
+    """(the adapted layers vLLM cannot serve an adapter on, whether one of them is an embedding the
+    model ties to its output layer), from a weightless copy of the model."""
+    from accelerate import init_empty_weights
+    from peft.tuners.lora import LoraLayer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with init_empty_weights():
+        model = apply_lora(
+            AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path)), json.loads(settings_json)
+        )
+    base = model.get_base_model()
+    # The embedding layers; PEFT wraps the one it adapts (its `base_layer` is the layer).
+    output, embedding = (
+        getattr(layer, "base_layer", layer) for layer in (base.get_output_embeddings(), base.get_input_embeddings())
+    )
+    unservable, tied = [], False
+    for name, layer in base.named_modules():
+        if not isinstance(layer, LoraLayer):
+            continue
+        if layer.base_layer is output or not isinstance(layer.base_layer, torch.nn.Linear):
+            unservable.append(name)
+            # With tied embeddings one weight serves both layers: a merge would change the other one too.
+            tied |= layer.base_layer in (output, embedding) and bool(base.config.tie_word_embeddings)
+    return unservable, tied
+
+
+class MergedWeights(Mapping):
+    """The base model's parameters under their Hugging Face names, each adapted layer's weight with its
+    adapter merged in (W + PEFT's delta weight), computed when read: one weight at a time, never a
+    merged copy of the model. What the "merged" sync path streams.
+
+    Args:
+        model: The learner's `peft.PeftModel`.
+    """
+
+    def __init__(self, model):
+        from peft.tuners.lora import LoraLayer
+
+        base = model.get_base_model()
+        layers = {name: layer for name, layer in base.named_modules() if isinstance(layer, LoraLayer)}
+        self._weights: dict[str, tuple[torch.Tensor, Any]] = {}  # name -> (base parameter, its LoRA layer or None)
+        for name, param in base.named_parameters():
+            if "lora_" in name:
+                continue
+            owner, _, leaf = name.rpartition(".")
+            layer_name = owner.removesuffix(".base_layer")
+            layer = layers.get(layer_name) if owner != layer_name and leaf == "weight" else None
+            self._weights[f"{layer_name}.{leaf}" if owner != layer_name else name] = (param, layer)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        param, layer = self._weights[name]
+        if layer is None:
+            return param.detach()
+        with torch.no_grad():
+            return param + layer.get_delta_weight(_ADAPTER).to(param.dtype)
+
+    def sources(self, name: str) -> list[torch.Tensor]:
+        """The parameters weight ``name`` is computed from, its base parameter first (its shape and dtype)."""
+        param, layer = self._weights[name]
+        return [param] if layer is None else [param, *(p for n, p in layer.named_parameters() if "lora_" in n)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._weights)
+
+    def __len__(self) -> int:
+        return len(self._weights)
 
 
 def engine_lora_kwargs(rank: int) -> dict[str, Any]:

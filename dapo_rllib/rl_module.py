@@ -19,6 +19,7 @@ import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.utils.annotations import override
+from ray.rllib.utils.numpy import convert_to_numpy
 from torch.utils.checkpoint import checkpoint
 
 from dapo_rllib.columns import Columns
@@ -54,9 +55,15 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
 
     @override(TorchRLModule)
     def setup(self):
-        self.model = load_causal_lm(self.model_config["model_path"], self.model_config.get("dtype", "float32"))
-        if self.model_config.get("lora") is not None:  # adapters on a frozen base (dapo_rllib.lora)
-            self.model = apply_lora(self.model, self.model_config["lora"])
+        dtype = self.model_config.get("dtype", "float32")
+        # The weights AdamW updates stay float32: a step of ~lr is below bfloat16's resolution for
+        # most weights. Full fine-tuning keeps the model in float32 and computes in `dtype`
+        # (autocast); with LoRA the frozen base is held in `dtype` and PEFT keeps the adapters in
+        # float32. (DeepSpeed's bf16 mode casts the model itself and keeps float32 master weights.)
+        self.compute_dtype = _DTYPES[dtype] if dtype != "float32" and self.lora is None else None
+        self.model = load_causal_lm(self.model_config["model_path"], "float32" if self.compute_dtype else dtype)
+        if self.lora is not None:  # adapters on a frozen base (dapo_rllib.lora)
+            self.model = apply_lora(self.model, self.lora)
         self.temperature = float(self.model_config.get("temperature", 1.0))
         self.forward_model = None  # see run_forward_with
         if self.model_config.get("gradient_checkpointing", False):
@@ -72,10 +79,16 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
 
     @override(TorchRLModule)
     def get_state(self, components=None, *, not_components=None, inference_only: bool = False, **kwargs):
-        """The module's weights; with LoRA the adapters only: the frozen base is the model at
-        `model_path`, and a checkpoint need not hold a second copy of it."""
-        state = super().get_state(components, not_components=not_components, inference_only=inference_only, **kwargs)
-        return {key: value for key, value in state.items() if is_adapter_key(key)} if self.lora else state
+        """The module's weights as numpy arrays; with LoRA the adapters only: the frozen base is the
+        model at `model_path`, and a checkpoint need not hold a second copy of it. bfloat16 weights
+        come as float32 (numpy has no bfloat16; the widening is exact, `set_state` narrows back)."""
+        # Inference-only: nothing (`get_non_inference_attributes`: all of it is).
+        state = {} if inference_only and not self.inference_only else self.state_dict()
+        if self.lora:
+            state = {key: value for key, value in state.items() if is_adapter_key(key)}
+        return convert_to_numpy(
+            {key: value.float() if value.dtype == torch.bfloat16 else value for key, value in state.items()}
+        )
 
     @override(TorchRLModule)
     def set_state(self, state) -> None:
@@ -99,9 +112,16 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
 
     @override(TorchRLModule)
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
-        return response_logprobs(
-            self.model if self.forward_model is None else self.forward_model, batch, self.temperature
-        )
+        with self.autocast(batch):
+            return response_logprobs(
+                self.model if self.forward_model is None else self.forward_model, batch, self.temperature
+            )
+
+    def autocast(self, batch: dict[str, Any]):
+        """The context a forward pass on ``batch`` runs in: computing in `model_dtype` where the
+        weights are float32 masters (see `setup`), else a no-op."""
+        device = batch[Columns.OBS].device.type
+        return torch.autocast(device, dtype=self.compute_dtype, enabled=self.compute_dtype is not None)
 
     def run_forward_with(self, wrapper: torch.nn.Module) -> None:
         """Run forward passes through `wrapper` (e.g. a DeepSpeed engine around `self.model`),

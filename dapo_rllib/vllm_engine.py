@@ -42,7 +42,7 @@ def build_vllm_engine(config, seed: int):
         # Per-request seeds (see `sampling_params`) crash vLLM's CPU backend when a prefill is
         # chunked ("CPU Generator does not use offset"): prefill prompts whole.
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(4096, kwargs["max_model_len"]))
-    if config.lora_settings is not None:
+    if config.lora_sync_path == "adapter":
         from dapo_rllib.lora import engine_lora_kwargs
 
         kwargs.update(engine_lora_kwargs(config.lora_settings["rank"]))

@@ -26,21 +26,17 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "se
 
 
 def build_learner(model_path: str, *, num_learners: int = 0, **training):
-    config = (
-        DAPOConfig()
-        .training(
-            model_path=model_path,
-            group_size=GROUP_SIZE,
-            max_prompt_length=MAX_PROMPT_LENGTH,
-            max_response_length=MAX_RESPONSE_LENGTH,
-            overlong_buffer_len=0,
-            lr=1e-3,
-            lr_warmup_steps=0,
-            grad_clip=None,
-            **training,
-        )
-        .learners(num_learners=num_learners)
+    settings = dict(
+        model_path=model_path,
+        group_size=GROUP_SIZE,
+        max_prompt_length=MAX_PROMPT_LENGTH,
+        max_response_length=MAX_RESPONSE_LENGTH,
+        overlong_buffer_len=0,
+        lr=1e-3,
+        lr_warmup_steps=0,
+        grad_clip=None,
     )
+    config = DAPOConfig().training(**settings | training).learners(num_learners=num_learners)
     config.validate()
     return config.build_learner(spaces=SPACES)
 

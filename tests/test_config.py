@@ -189,6 +189,27 @@ def test_7b_example_is_the_32b_recipe_on_one_node_with_zero3(model_dir, monkeypa
     assert config.minibatch_size_prompts % config.num_learners == 0 and stop == {"training_iteration": 300}
 
 
+def test_0_5b_lora_example_trains_adapters_synced_as_adapters(tmp_path, monkeypatch):
+    from transformers import Qwen2Config
+
+    # Qwen2.5-0.5B-Instruct's config (the weights are not needed to resolve the sync path).
+    Qwen2Config(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ).save_pretrained(tmp_path)
+    monkeypatch.setenv("DAPO_MODEL_PATH", str(tmp_path))
+    monkeypatch.setenv("DAPO_EVAL_DATA", "../shared/data/aime-2024.parquet")  # any file of problems
+    config, stop = load_example("qwen2_5_0_5b_instruct_lora_math.py")
+    config.validate()
+    assert (config.lora_rank, config.lora_alpha, config.lr, config.model_dtype) == (32, 64, 1e-5, "bfloat16")
+    assert config.lora_sync_path == "adapter" and stop == {"training_iteration": 100}
+
+
 def test_tiny_example_config_validates(tiny_model_path):
     config, stop = load_example("tiny_arithmetic_dapo.py")
     config.validate()

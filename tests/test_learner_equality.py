@@ -1,13 +1,14 @@
 """Proof by equality: one optimizer step on the same uneven batch gives the same loss, grad norm
 and updated weights whether the mini-batch runs in one piece, in micro-batches of a small token
 budget, or on two data-parallel learners (DDP, and DeepSpeed ZeRO-3), for every loss
-aggregation mode; and a step of LoRA adapters in one piece, in micro-batches and on two DDP
-learners. Some of the batch's sequences are multi-turn episodes, with environment tokens inside
+aggregation mode; and a step of LoRA adapters in one piece, in micro-batches and on two
+learners (DDP, ZeRO-2, ZeRO-3). Some of the batch's sequences are multi-turn episodes, with environment tokens inside
 the response that are out of the loss."""
 
 import multiprocessing
 import socket
 
+import numpy as np
 import pytest
 import torch
 from learner_equality import LOSS_AGG_MODES, build_learner, data_parallel_worker, one_step, uneven_batch
@@ -100,6 +101,7 @@ def run_data_parallel(model_path, batch, runs, out_dir, world_size=2):
     return torch.load(out_dir / "results.pt")
 
 
+ZERO2 = {"zero_optimization": {"stage": 2}}
 ZERO3 = {"zero_optimization": {"stage": 3}}
 
 
@@ -110,12 +112,13 @@ def two_learners(tiny_model_path, batch, tmp_path_factory):
     processes runs both)."""
     runs = [dict(loss_agg_mode=mode, max_tokens_per_micro_batch=24) for mode in LOSS_AGG_MODES]
     runs += [dict(run, deepspeed_config=ZERO3) for run in runs]
-    runs += [dict(LORA, max_tokens_per_micro_batch=24)]
+    lora = dict(LORA, max_tokens_per_micro_batch=24)
+    runs += [lora, dict(lora, deepspeed_config=ZERO2), dict(lora, deepspeed_config=ZERO3)]
     results = run_data_parallel(str(tiny_model_path), batch, runs, tmp_path_factory.mktemp("two_learners"))
     return {
         "ddp": dict(zip(LOSS_AGG_MODES, results[:4])),
         "zero3": dict(zip(LOSS_AGG_MODES, results[4:8])),
-        "lora_ddp": results[8],
+        "lora": dict(zip(("ddp", "zero2", "zero3"), results[8:])),
     }
 
 
@@ -151,8 +154,53 @@ def test_lora_in_micro_batches_gives_the_same_step(tiny_model_path, batch, lora_
     assert_same_step(result, lora_whole)
 
 
-def test_lora_on_two_ddp_learners_gives_the_same_step(two_learners, lora_whole):
-    assert_same_step(two_learners["lora_ddp"], lora_whole)
+@pytest.mark.parametrize("parallelism", ["ddp", "zero2", "zero3"])
+def test_lora_on_two_learners_gives_the_same_step(two_learners, lora_whole, parallelism):
+    assert_same_step(two_learners["lora"][parallelism], lora_whole)
+
+
+def test_a_lora_runs_kl_reference_is_the_base_model(tiny_model_path, batch):
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    from dapo_rllib.columns import Columns
+
+    learner = build_learner(str(tiny_model_path), **LORA, kl_coef=0.1)
+    one_step(learner, batch)  # the adapters move away from the base model
+    torch_batch = {key: torch.as_tensor(value) for key, value in batch.items()}
+    reference = learner.reference_logprobs(DEFAULT_MODULE_ID, torch_batch, 1.0)
+    base = build_learner(str(tiny_model_path)).module[DEFAULT_MODULE_ID]
+    with torch.no_grad():
+        torch.testing.assert_close(reference, base.forward_inference(torch_batch)[Columns.LOGP], atol=1e-6, rtol=0)
+        policy = learner.module[DEFAULT_MODULE_ID].forward_inference(torch_batch)[Columns.LOGP]
+    assert (policy - reference).abs().max() > 1e-3  # (the adapters did move)
+    assert not learner._ref_models  # no copy of the base model
+
+
+def test_bfloat16_full_fine_tuning_keeps_float32_master_weights(tiny_model_path, batch, whole):
+    learner = build_learner(str(tiny_model_path), model_dtype="bfloat16", lr=1e-5)
+    model = learner.module["default_policy"].unwrapped().model
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    assert {p.dtype for p in before.values()} == {torch.float32}
+    result = one_step(learner, batch)
+    # It computes in bfloat16 (autocast): the same step's loss differs from float32's.
+    assert result[Metrics.POLICY_LOSS] != pytest.approx(whole["token-mean"][Metrics.POLICY_LOSS], rel=1e-2)
+    # Adam moves a weight by about lr = 1e-5 per step: far below bfloat16's spacing at the weights'
+    # size (2^-8 * 0.05 = 2e-4), so in bfloat16 weights most of these steps would round to nothing.
+    steps = torch.cat([(model.state_dict()[name] - value).abs().flatten() for name, value in before.items()])
+    assert ((steps > 0.5e-5) & (steps < 2e-5)).float().mean() > 0.5
+
+
+def test_lora_in_bfloat16_keeps_the_base_in_bfloat16_and_the_adapters_in_float32(tiny_model_path, batch):
+    learner = build_learner(str(tiny_model_path), **LORA, model_dtype="bfloat16")
+    model = learner.module["default_policy"].unwrapped().model
+    dtypes = (
+        {p.dtype for p in model.parameters() if p.requires_grad},
+        {p.dtype for p in model.parameters() if not p.requires_grad},
+    )
+    assert dtypes == ({torch.float32}, {torch.bfloat16})
+    one_step(learner, batch)
+    state = learner.get_state(components="rl_module")["rl_module"]["default_policy"]
+    assert state and all("lora_" in key and value.dtype == np.float32 for key, value in state.items())
 
 
 def test_one_zero3_learner_with_optimizer_offload_gives_the_same_step(tiny_model_path, batch, whole, tmp_path):

@@ -1,10 +1,12 @@
 """LoRA (dapo_rllib.lora): adapters trained by PEFT in the learner, and only the adapters synced to the
 vLLM engines, which sample from exactly the learner's policy after every sync."""
 
+import copy
 import json
 
 import numpy as np
 import pytest
+import torch
 
 from dapo_rllib.columns import Metrics
 from dapo_rllib.lora import adapter_tensors
@@ -89,6 +91,129 @@ def test_async_runs_with_two_env_runners_sync_the_adapter(ray_session, tiny_mode
         algo.stop()
 
 
+def test_two_zero3_learners_sync_the_adapter_and_resume_exactly(ray_session, tiny_model_path, tmp_path):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    def adapters(algo):  # the learners' whole adapters, gathered from their ZeRO-3 shards
+        state = algo.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
+        return {k: np.asarray(v) for k, v in state["default_policy"].items()}
+
+    config = (
+        tiny_config(tiny_model_path, **LORA, deepspeed_config={"zero_optimization": {"stage": 3}})
+        .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
+        .learners(num_learners=2, num_cpus_per_learner=0.5)
+    )
+    algo = config.build_algo()
+    try:
+        algo.train()
+        algo.save_to_path(str(tmp_path / "checkpoint"))
+        continued = algo.train()
+        continued_adapters = adapters(algo)
+    finally:
+        algo.stop()
+    # The second step sampled with the adapter gathered from both learners' shards after the first.
+    assert continued["learners"]["default_policy"][Metrics.ROLLOUT_LOGP_ABS_DIFF] < 1e-5
+    restored = Algorithm.from_checkpoint(str(tmp_path / "checkpoint"))
+    try:
+        resumed = restored.train()
+        resumed_adapters = adapters(restored)
+    finally:
+        restored.stop()
+    r, c = resumed["learners"]["default_policy"], continued["learners"]["default_policy"]
+    for key in (Metrics.POLICY_LOSS, Metrics.GRAD_NORM):
+        assert r[key] == pytest.approx(c[key], rel=1e-5, abs=1e-7), key
+    assert continued_adapters and all("lora_" in name for name in continued_adapters)
+    for name, value in continued_adapters.items():
+        np.testing.assert_allclose(resumed_adapters[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def untied_model_path(tiny_model_path, tmp_path_factory):
+    """The tiny model with an output layer of its own (a copy of the embedding, untied), which an
+    adapter can change alone: vLLM serves no adapter there."""
+    from transformers import AutoTokenizer
+
+    from dapo_rllib.rl_module import load_causal_lm
+
+    model = load_causal_lm(tiny_model_path)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
+    path = tmp_path_factory.mktemp("untied") / "model"
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(path)
+    return str(path)
+
+
+def test_merged_weights_are_peft_merge(tiny_model_path):
+    from dapo_rllib.lora import MergedWeights, apply_lora
+    from dapo_rllib.rl_module import load_causal_lm
+
+    settings = {"rank": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear", "seed": 0}
+    model = apply_lora(load_causal_lm(tiny_model_path), settings)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:  # zero at the start: give the adapters something to merge
+                param.normal_()
+    merged = MergedWeights(model)
+    reference = dict(copy.deepcopy(model).merge_and_unload().named_parameters())
+    assert sorted(merged) == sorted(reference)  # the base model's names, the tied head once
+    for name, value in reference.items():
+        torch.testing.assert_close(merged[name], value, atol=0, rtol=0, msg=name)
+    assert not torch.equal(
+        merged["model.layers.0.mlp.up_proj.weight"], load_causal_lm(tiny_model_path).model.layers[0].mlp.up_proj.weight
+    )
+
+
+def test_adapters_vllm_cannot_serve_travel_merged(ray_session, untied_model_path):
+    from dapo_rllib.lora import MergedWeights
+    from dapo_rllib.rl_module import load_causal_lm
+
+    targets = ["q_proj", "v_proj", "lm_head"]
+    config = tiny_config(untied_model_path, **LORA, lora_target_modules=targets).env_runners(num_env_runners=1)
+    assert config.lora_sync_path == "merged"  # lora_sync="auto": vLLM serves no adapter on lm_head
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        for result in results:
+            assert result["learners"]["default_policy"][Metrics.ROLLOUT_LOGP_ABS_DIFF] < 1e-5
+        merged = MergedWeights(algo.learner_group._learner.module["default_policy"].model)
+        ((held, adapter),) = algo.env_runner_group.foreach_env_runner(
+            lambda runner: (runner.engine_parameters(["lm_head.weight"]), runner.engine_adapter()),
+            local_env_runner=False,
+        )
+        assert adapter == (None, set())  # an engine without LoRA, holding the merged weights
+        head = merged["lm_head.weight"].numpy()  # vLLM pads the vocabulary rows
+        np.testing.assert_array_equal(held["lm_head.weight"][: len(head)], head)
+        base = load_causal_lm(untied_model_path).lm_head.weight.detach().numpy()
+        assert np.abs(head - base).max() > 1e-4  # the head's adapter trained, and its update is in the engine
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize(
+    ("model", "settings", "error"),
+    [
+        (
+            "untied",
+            dict(lora_sync="adapter", lora_target_modules=["q_proj", "lm_head"]),
+            r"lora_sync='adapter' with lora_target_modules=\['q_proj', 'lm_head'\]: vLLM serves adapters on the decoder's linear layers only, not on \['lm_head'\]; set lora_sync='merged'",
+        ),
+        (
+            "tied",
+            dict(lora_target_modules=["q_proj", "embed_tokens"]),
+            r"puts adapters on \['model.embed_tokens'\].*ties its input and output embeddings.*leave \['embed_tokens'\] out of lora_target_modules",
+        ),
+        ("tied", dict(lora_sync="merged", lora_target_modules=["lm_head"]), r"ties its input and output embeddings"),
+    ],
+)
+def test_adapters_no_sync_path_can_carry(request, tiny_model_path, model, settings, error):
+    path = request.getfixturevalue("untied_model_path") if model == "untied" else tiny_model_path
+    config = tiny_config(path, lora_rank=8, **settings)
+    config.validate()
+    with pytest.raises(ValueError, match=error):
+        config.lora_sync_path
+
+
 @pytest.mark.parametrize(
     ("settings", "error"),
     [
@@ -100,10 +225,7 @@ def test_async_runs_with_two_env_runners_sync_the_adapter(ray_session, tiny_mode
             dict(lora_rank=8, lora_target_modules=[]),
             r"lora_target_modules=\[\] must be 'all-linear' or a non-empty list",
         ),
-        (
-            dict(lora_rank=8, deepspeed_config={"zero_optimization": {"stage": 2}}),
-            r"LoRA under DeepSpeed ZeRO is not supported yet",
-        ),
+        (dict(lora_rank=8, lora_sync="full"), r"lora_sync='full'; expected one of \('auto', 'adapter', 'merged'\)"),
     ],
 )
 def test_bad_lora_settings(tiny_model_path, settings, error):
