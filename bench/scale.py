@@ -1,10 +1,13 @@
 """The learner at scale: DAPO steps on real model shapes, with time, memory and padding (a benchmark).
 
-    python bench/scale.py [--workload qwen2.5-0.5b-shape|25m|all] [--steps 3] [--json PATH] [--smoke]
+    python bench/scale.py [--workload NAME|all] [--steps 3] [--json PATH] [--no-async] [--smoke]
 
-Each workload builds its model locally with random weights (no download: the tokenizer is the
-tiny one, the vocabulary the real size), runs DAPO steps on the arithmetic task with one vLLM
-env runner and the learner in this process, and reports per workload:
+Workloads (`WORKLOADS`): "25m", and Qwen2.5 shapes with full fine-tuning or LoRA (rank 16 on
+every decoder linear layer) in float32 or bfloat16: "qwen2.5-0.5b-shape", "qwen2.5-0.5b-shape-bf16",
+"qwen2.5-0.5b-shape-lora", "qwen2.5-0.5b-shape-lora-bf16", "qwen2.5-1.5b-shape-lora-bf16",
+"qwen2.5-3b-shape-lora-bf16". Each builds its model locally with random weights (no download: the
+tokenizer is the tiny one, the vocabulary the real size), runs DAPO steps on the arithmetic task
+with one vLLM env runner and the learner in this process, and reports per workload:
 
     num_parameters, vocab_size
     step_s, generation_s, old_logp_s, update_s, weight_sync_s   mean over the steps after the first
@@ -17,10 +20,12 @@ env runner and the learner in this process, and reports per workload:
     peak_rss_learner_gb, peak_rss_env_runner_gb                   peak resident memory per process
     padding_fraction       padded / all token positions of the learner's forward passes
     framework_overhead     one DAPO update / a bare PyTorch forward + backward + AdamW step over
-                           the same micro-batches, in the same process
+                           the same micro-batches, in the same process (with LoRA: a bare PEFT
+                           model's, AdamW over its adapters)
 
 Random weights score 0 on every problem, so dynamic sampling is off (every group is trained).
-`--smoke` (CI) runs one step of a small shape, so the benchmark cannot rot.
+`--smoke` (CI) runs one step of a small shape, in float32 and again with LoRA in bfloat16, so the
+benchmark cannot rot.
 """
 
 from __future__ import annotations
@@ -356,6 +361,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--smoke", action="store_true", help="one step of a small shape (CI: the benchmark still runs)")
+    parser.add_argument("--no-async", action="store_true", help="leave out the async_rollout run (async_step_s: null)")
     parser.add_argument("--async-only", action="store_true", help=argparse.SUPPRESS)  # see async_step_s
     args = parser.parse_args()
 
@@ -382,6 +388,9 @@ def main() -> None:
     results = [run_workload(name, workload, steps, models[name]) for name, (workload, steps) in runs.items()]
     ray.shutdown()
     for result, (name, (_, steps)) in zip(results, runs.items()):
+        if args.no_async:
+            result["async_step_s"] = None
+            continue
         try:
             result["async_step_s"] = async_step_s(name, steps)
         except subprocess.CalledProcessError as error:
