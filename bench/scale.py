@@ -4,7 +4,8 @@
 
 Workloads (`WORKLOADS`): "25m", and Qwen2.5 shapes with full fine-tuning or LoRA (rank 16 on
 every decoder linear layer) in float32 or bfloat16: "qwen2.5-0.5b-shape", "qwen2.5-0.5b-shape-bf16",
-"qwen2.5-0.5b-shape-lora", "qwen2.5-0.5b-shape-lora-bf16", "qwen2.5-1.5b-shape-lora-bf16",
+"qwen2.5-0.5b-shape-lora", "qwen2.5-0.5b-shape-lora-bf16", "qwen2.5-0.5b-shape-lora-merged" (the
+adapters merged into the weights that travel, vLLM without LoRA), "qwen2.5-1.5b-shape-lora-bf16",
 "qwen2.5-3b-shape-lora-bf16". Each builds its model locally with random weights (no download: the
 tokenizer is the tiny one, the vocabulary the real size), runs DAPO steps on the arithmetic task
 with one vLLM env runner and the learner in this process, and reports per workload:
@@ -50,7 +51,7 @@ from dapo_rllib.columns import Metrics, tag
 from dapo_rllib.dapo import DAPOConfig
 from dapo_rllib.micro_batching import plan_micro_batches
 from dapo_rllib.tensorboard import readable_scalars
-from dapo_rllib.tiny_model import build_random_model, default_cache_dir, ensure_tiny_model
+from dapo_rllib.tiny_model import default_cache_dir
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Workload:
     gradient_checkpointing: bool
     lora_rank: int | None = None  # LoRA adapters of this rank on every decoder linear layer; None: full fine-tuning
     dtype: str = "float32"  # model_dtype: the learner computes in it, vLLM serves it
+    lora_sync: str = "auto"  # with LoRA: "auto" (the adapter travels) or "merged" (merged weights, no LoRA in vLLM)
 
 
 QWEN2_5_0_5B = dict(
@@ -111,6 +113,7 @@ WORKLOADS = {
     "qwen2.5-0.5b-shape-bf16": Workload(QWEN2_5_0_5B, **SHAPE_STEP, dtype="bfloat16"),
     "qwen2.5-0.5b-shape-lora": Workload(QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16),
     "qwen2.5-0.5b-shape-lora-bf16": Workload(QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
+    "qwen2.5-0.5b-shape-lora-merged": Workload(QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16, lora_sync="merged"),
     # Qwen2.5-1.5B's and -3B's shapes (1.54B and 3.09B parameters): LoRA in bfloat16 only, the one
     # setting whose learner and engine fit this machine's 24 GiB together.
     "qwen2.5-1.5b-shape-lora-bf16": Workload(QWEN2_5_1_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
@@ -147,6 +150,16 @@ SHAPE_TAGS = {
 def model_dir(shape: dict) -> Path:
     """Where the random model of ``shape`` is cached: one per shape, whatever the dtype or LoRA setting."""
     return default_cache_dir() / ("random-qwen2-" + "-".join(f"{SHAPE_TAGS[k]}{v}" for k, v in shape.items()))
+
+
+def random_model(shape: dict) -> Path:
+    """The random model of ``shape``, built (once) in a child process: building holds the whole model
+    in float32, which must not count in this process's peak memory, the learner's."""
+    path = model_dir(shape)
+    if not (path / "config.json").exists():
+        build = "import json, sys; from dapo_rllib.tiny_model import build_random_model as b, ensure_tiny_model as t; b(sys.argv[1], json.loads(sys.argv[2]), t())"
+        subprocess.run([sys.executable, "-c", build, str(path), json.dumps(shape)], check=True)
+    return path
 
 
 def peak_rss_gb() -> float:
@@ -211,6 +224,7 @@ def config_for(workload: Workload, model_path: Path, async_rollout: bool = False
             async_rollout=async_rollout,
             model_dtype=workload.dtype,
             lora_rank=workload.lora_rank,
+            lora_sync=workload.lora_sync,
         )
         .debugging(seed=0)
     )
@@ -341,6 +355,7 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
         "gradient_checkpointing": workload.gradient_checkpointing,
         "lora_rank": workload.lora_rank,
         "model_dtype": workload.dtype,
+        "lora_sync": workload.lora_sync if workload.lora_rank else None,
         "response_tokens": sum(len(r) for _, r in sequences),
         **figures,
         "weight_sync_bucket_mb": algo.config.weight_sync_bucket_mb,
@@ -371,9 +386,7 @@ def main() -> None:
         runs = {args.workload: (SMOKE_WORKLOADS[args.workload], args.steps)}
     else:
         runs = {name: (w, args.steps) for name, w in WORKLOADS.items() if args.workload in (name, "all")}
-    models = {
-        name: build_random_model(model_dir(w.shape), w.shape, ensure_tiny_model()) for name, (w, _) in runs.items()
-    }
+    models = {name: random_model(w.shape) for name, (w, _) in runs.items()}
     # A cluster of its own (address="local"), not one another job on this machine started.
     ray.init(address="local", num_cpus=2, include_dashboard=False)
     if args.async_only:
