@@ -1,6 +1,6 @@
 """The learner at scale: DAPO steps on real model shapes, with time, memory and padding (a benchmark).
 
-    python bench/scale.py [--workload NAME|all] [--steps 3] [--json PATH] [--no-async] [--smoke]
+    python bench/scale.py [--workload NAME|default|all] [--steps 3] [--json PATH] [--no-async] [--smoke]
 
 Workloads (`WORKLOADS`): "25m", and Qwen2.5 shapes with full fine-tuning or LoRA (rank 16 on
 every decoder linear layer) in float32 or bfloat16: "qwen2.5-0.5b-shape", "qwen2.5-0.5b-shape-bf16",
@@ -119,6 +119,8 @@ WORKLOADS = {
     "qwen2.5-1.5b-shape-lora-bf16": Workload(QWEN2_5_1_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
     "qwen2.5-3b-shape-lora-bf16": Workload(QWEN2_5_3B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
 }
+# What `make bench` runs: the shapes' full fine-tuning and LoRA baselines (the rest by name or "all").
+DEFAULT_WORKLOADS = ("25m", "qwen2.5-0.5b-shape", "qwen2.5-0.5b-shape-lora")
 SMOKE = Workload(
     dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
     prompts=2,
@@ -372,7 +374,12 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=[*WORKLOADS, *SMOKE_WORKLOADS, "all"], default="all")
+    parser.add_argument(
+        "--workload",
+        choices=[*WORKLOADS, *SMOKE_WORKLOADS, "default", "all"],
+        default="default",
+        help=f"default: {', '.join(DEFAULT_WORKLOADS)} (`make bench`, about 1.5 hours here); all: every workload",
+    )
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--smoke", action="store_true", help="one step of a small shape (CI: the benchmark still runs)")
@@ -385,7 +392,8 @@ def main() -> None:
     elif args.workload in SMOKE_WORKLOADS:
         runs = {args.workload: (SMOKE_WORKLOADS[args.workload], args.steps)}
     else:
-        runs = {name: (w, args.steps) for name, w in WORKLOADS.items() if args.workload in (name, "all")}
+        chosen = {"default": DEFAULT_WORKLOADS, "all": tuple(WORKLOADS)}.get(args.workload, (args.workload,))
+        runs = {name: (WORKLOADS[name], args.steps) for name in chosen}
     models = {name: random_model(w.shape) for name, (w, _) in runs.items()}
     # A cluster of its own (address="local"), not one another job on this machine started.
     ray.init(address="local", num_cpus=2, include_dashboard=False)
