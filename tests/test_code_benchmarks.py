@@ -70,13 +70,18 @@ def test_humaneval_loads_whole(humaneval_rows):
 
 @pytest.mark.parametrize("completions", sorted(BROKEN))
 def test_humaneval_verdicts_equal_the_official_harness(sandbox, humaneval_rows, completions):
+    # Every problem with its canonical solution; the broken completions on every other problem
+    # (82 each, the two sets together covering all 164), to keep the suite's time.
+    start = {"canonical": 0, "returns None": 0, "the next problem's body": 1}[completions]
+    step = 1 if completions == "canonical" else 2
+    rows = [(i, row) for i, row in enumerate(humaneval_rows)][start::step]
     tasks = load_code_tasks(HUMANEVAL)
-    given = [BROKEN[completions](humaneval_rows, i) for i in range(len(humaneval_rows))]
-    ours = [result["acc"] for result in score_code_many(zip(given, tasks), sandbox)]
-    official = _official(humaneval_rows, given)
-    differ = [row["task_id"] for row, a, b in zip(humaneval_rows, ours, official) if a != b]
+    given = [BROKEN[completions](humaneval_rows, i) for i, _ in rows]
+    ours = [result["acc"] for result in score_code_many(zip(given, [tasks[i] for i, _ in rows]), sandbox)]
+    official = _official([row for _, row in rows], given)
+    differ = [row["task_id"] for (_, row), a, b in zip(rows, ours, official) if a != b]
     assert differ == [], f"verdicts differ from the official harness on {differ}"
-    assert sum(ours) == (164 if completions == "canonical" else 0)
+    assert sum(ours) == (164 if completions == "canonical" else 0) and len(ours) == (164 if step == 1 else 82)
 
 
 def test_humaneval_instruction_style(sandbox, humaneval_rows, tmp_path):
