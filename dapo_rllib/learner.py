@@ -270,10 +270,9 @@ class DAPOTorchLearner(TorchLearner):
         """(buckets of the policy's Hugging Face parameters, weights sequence number). The
         buckets are the same on every learner: shapes are the full ones, also under ZeRO-3."""
         weights = self._synced_weights()
-        plan = plan_buckets(
-            ((name, self.full_shape(p), p.element_size()) for name in weights for p in _sources(weights, name)[:1]),
-            bucket_bytes,
-        )
+        # A weight's shape and dtype are its first source's (the base parameter of a merged weight).
+        first = {name: _sources(weights, name)[0] for name in weights}
+        plan = plan_buckets(((name, self.full_shape(p), p.element_size()) for name, p in first.items()), bucket_bytes)
         return plan, learner_weights_seq_no(self)
 
     def send_weight_bucket(self, bucket: list[Piece], transport: str):
