@@ -37,8 +37,8 @@ What it does, unless $DAPO_RLLIB_LIBRARY_LOGS is set:
     the weight arrives through the embedding's loader (the first layer to wrap the shared
     tensor) and is counted there, and the head's own count stays 0. The head's weight is the
     new embedding. On CPU the head also keeps a packed copy for its matmul, which vLLM does not
-    redo for the head: `vllm_engine._reprocess_tied_layers` does (without it the mean
-    |log-prob difference| is 0.02 after one update).
+    redo for the head: `vllm_engine._retie_layers` hands it the embedding's new one (without it
+    the mean |log-prob difference| is 0.02 after one update).
 
   Nothing real is hidden: a layer whose weights truly did not arrive is caught without this
   warning. `EngineWeights.finish` (vllm_engine.py) raises unless every engine parameter
