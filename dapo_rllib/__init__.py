@@ -16,12 +16,6 @@ NO_REGISTRATION_ENV = "DAPO_RLLIB_NO_REGISTRATION"
 # (GiB) fits next to the learner. Set them in the environment to override.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-# Processes started after this import (Ray's workers, where this process starts Ray) back large
-# allocations with transparent huge pages where the kernel offers them for the asking (THP
-# "madvise"): a full weight sync writes every weight into fresh memory twice in the engine
-# (vLLM's reload, then the CPU backend's packing for its matmuls), which at the 0.5B shape took
-# 1.3 s with huge pages and 2.9 s without (README, "Rollout side at scale").
-os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
 
 # A quiet console: vLLM at WARNING and two known-harmless vLLM warnings of every weight update
 # dropped (see dapo_rllib.library_logs for why they are harmless); $DAPO_RLLIB_LIBRARY_LOGS=1
