@@ -1,6 +1,7 @@
 """The learner at scale: DAPO steps on real model shapes, with time, memory and padding (a benchmark).
 
     python bench/scale.py [--workload NAME|default|all] [--steps 3] [--json PATH] [--no-async] [--smoke]
+                          [--sweep-micro-batch-tokens 2048,4096,...]
 
 Workloads (`WORKLOADS`): "25m", and Qwen2.5 shapes with full fine-tuning or LoRA (rank 16 on
 every decoder linear layer) in float32 or bfloat16: "qwen2.5-0.5b-shape", "qwen2.5-0.5b-shape-bf16",
@@ -23,10 +24,13 @@ with one vLLM env runner and the learner in this process, and reports per worklo
     framework_overhead     one DAPO update / a bare PyTorch forward + backward + AdamW step over
                            the same micro-batches, in the same process (with LoRA: a bare PEFT
                            model's, AdamW over its adapters)
+    micro_batch_sweep      with --sweep-micro-batch-tokens: per token budget, that bare step's
+                           seconds and its peak memory above the resident (the update's cost
+                           follows it: framework_overhead is 1.01 at the 25m workload)
 
 Random weights score 0 on every problem, so dynamic sampling is off (every group is trained).
-`--smoke` (CI) runs one step of a small shape, in float32 and again with LoRA in bfloat16, so the
-benchmark cannot rot.
+`--smoke` (CI) runs one step of a small shape, in float32 and again with LoRA in bfloat16, and
+sweeps two micro-batch budgets, so the benchmark cannot rot.
 """
 
 from __future__ import annotations
@@ -96,18 +100,19 @@ QWEN2_5_3B = dict(
 SHAPE_STEP = dict(
     prompts=4, group_size=4, max_response_length=64, max_tokens_per_micro_batch=1024, gradient_checkpointing=True
 )
+# A 25M-parameter Qwen2 with the tiny vocabulary: 16 prompts x 8 x up to 256 tokens (the
+# workload bench/trl_baseline.py runs TRL's GRPOTrainer on).
+SMALL_25M = Workload(
+    dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2),
+    prompts=16,
+    group_size=8,
+    max_response_length=256,
+    max_tokens_per_micro_batch=4096,
+    gradient_checkpointing=False,
+)
 WORKLOADS = {
-    # A 25M-parameter Qwen2 with the tiny vocabulary: 16 prompts x 8 x up to 256 tokens.
-    "25m": Workload(
-        dict(
-            hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2
-        ),
-        prompts=16,
-        group_size=8,
-        max_response_length=256,
-        max_tokens_per_micro_batch=4096,
-        gradient_checkpointing=False,
-    ),
+    "25m": SMALL_25M,
+    "25m-bf16": dataclasses.replace(SMALL_25M, dtype="bfloat16"),
     # Qwen2.5-0.5B's shape: 494M parameters, the real vocabulary. 4 prompts x 4 x 64 tokens.
     "qwen2.5-0.5b-shape": Workload(QWEN2_5_0_5B, **SHAPE_STEP),
     "qwen2.5-0.5b-shape-bf16": Workload(QWEN2_5_0_5B, **SHAPE_STEP, dtype="bfloat16"),
@@ -232,25 +237,17 @@ def config_for(workload: Workload, model_path: Path, async_rollout: bool = False
     )
 
 
-def bare_step_s(workload: Workload, model_path: Path, sequences: list[tuple[list[int], list[int]]]) -> float:
+def bare_step_s(
+    workload: Workload, model_path: Path, sequences: list[tuple[list[int], list[int]]], model=None
+) -> float:
     """A bare PyTorch step over the learner's micro-batches: forward, the sampled tokens'
     log-probs (logsumexp and gather), backward, AdamW. No RLlib, no connectors, no metrics. With
     LoRA the model is a bare PEFT model (`get_peft_model`, adapters on every decoder linear layer)
     and AdamW holds its adapters; in bfloat16 full fine-tuning computes under autocast on float32
     weights, LoRA on a bfloat16 base, as the learner does."""
-    from transformers import AutoModelForCausalLM
-
     dtype = getattr(torch, workload.dtype)
     autocast = workload.lora_rank is None and dtype != torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if autocast else dtype)
-    if workload.lora_rank is not None:
-        from peft import LoraConfig, get_peft_model
-
-        lora = LoraConfig(r=workload.lora_rank, lora_alpha=2 * workload.lora_rank, target_modules="all-linear")
-        model = get_peft_model(model, lora)
-    if workload.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.train()
+    model = model or bare_model(workload, model_path)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     max_tokens = workload.max_tokens_per_micro_batch
     plan = plan_micro_batches(
@@ -286,6 +283,46 @@ def bare_step_s(workload: Workload, model_path: Path, sequences: list[tuple[list
     return time.perf_counter() - start
 
 
+def bare_model(workload: Workload, model_path: Path):
+    """The model `bare_step_s` trains: the workload's dtype (float32 under autocast for full
+    fine-tuning in bfloat16), LoRA and gradient checkpointing, with no RLlib around it."""
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, workload.dtype)
+    autocast = workload.lora_rank is None and dtype != torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if autocast else dtype)
+    if workload.lora_rank is not None:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=workload.lora_rank, lora_alpha=2 * workload.lora_rank, target_modules="all-linear")
+        model = get_peft_model(model, lora)
+    if workload.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+    return model
+
+
+def micro_batch_sweep(workload: Workload, model_path: Path, sequences, budgets: list[int]) -> list[dict]:
+    """The bare step over the same sequences at each token budget, with the peak memory it adds
+    to this process (one model for all; each step makes its own AdamW state, the same at every
+    budget)."""
+    model = bare_model(workload, model_path)
+    longest = max(len(p) + len(r) for p, r in sequences)
+    rows = []
+    for budget in budgets:
+        if budget < longest:
+            raise SystemExit(f"--sweep-micro-batch-tokens {budget} is below the longest sequence ({longest} tokens)")
+        resident = start_peak_window()
+        seconds = bare_step_s(
+            dataclasses.replace(workload, max_tokens_per_micro_batch=budget), model_path, sequences, model
+        )
+        rows.append(
+            {"max_tokens_per_micro_batch": budget, "bare_step_s": seconds, "peak_extra_gb": peak_in_window() - resident}
+        )
+        print(f"[micro-batch sweep] {budget} tokens: {seconds:.1f} s, +{rows[-1]['peak_extra_gb']:.2f} GB", flush=True)
+    return rows
+
+
 def train_steps(algo, name: str, steps: int) -> dict:
     """Mean figures of `steps` training steps, the first (warm-up) left out when there are more."""
     rows = []
@@ -314,7 +351,7 @@ def async_step_s(name: str, steps: int) -> float:
         return json.loads(out.read_text())["async_step_s"]
 
 
-def run_workload(name: str, workload: Workload, steps: int, model_path: Path) -> dict:
+def run_workload(name: str, workload: Workload, steps: int, model_path: Path, sweep: list[int]) -> dict:
     algo = config_for(workload, model_path).build_algo()
     figures = train_steps(algo, name, steps)
     sync_extra_gb, sync_s = weight_sync_peak_extra_gb(algo)
@@ -339,6 +376,7 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
     sequences = [(list(ep.get_observations(0)), list(ep.get_actions(0))) for ep in episodes]
     algo.stop()
     bare_s = bare_step_s(workload, model_path, sequences)
+    sweep_rows = micro_batch_sweep(workload, model_path, sequences, sweep) if sweep else None
 
     with open(model_path / "config.json") as f:
         vocab_size = json.load(f)["vocab_size"]
@@ -369,6 +407,7 @@ def run_workload(name: str, workload: Workload, steps: int, model_path: Path) ->
         "update_once_s": update_s,
         "bare_pytorch_step_s": bare_s,
         "framework_overhead": update_s / bare_s,
+        "micro_batch_sweep": sweep_rows,
     }
 
 
@@ -385,10 +424,18 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="one step of a small shape (CI: the benchmark still runs)")
     parser.add_argument("--no-async", action="store_true", help="leave out the async_rollout run (async_step_s: null)")
     parser.add_argument("--async-only", action="store_true", help=argparse.SUPPRESS)  # see async_step_s
+    parser.add_argument(
+        "--sweep-micro-batch-tokens",
+        type=lambda text: [int(t) for t in text.split(",")],
+        default=[],
+        metavar="N,N,...",
+        help="also time the bare step over the same sequences at each of these token budgets",
+    )
     args = parser.parse_args()
 
     if args.smoke:
         runs = {name: (w, 1) for name, w in SMOKE_WORKLOADS.items()}
+        args.sweep_micro_batch_tokens = args.sweep_micro_batch_tokens or [256, 512]
     elif args.workload in SMOKE_WORKLOADS:
         runs = {args.workload: (SMOKE_WORKLOADS[args.workload], args.steps)}
     else:
@@ -406,7 +453,10 @@ def main() -> None:
         return
     # Peak RSS is a high-water mark of this process: the smaller workload runs first, and
     # `--workload` gives each its own process.
-    results = [run_workload(name, workload, steps, models[name]) for name, (workload, steps) in runs.items()]
+    results = [
+        run_workload(name, workload, steps, models[name], args.sweep_micro_batch_tokens)
+        for name, (workload, steps) in runs.items()
+    ]
     ray.shutdown()
     for result, (name, (_, steps)) in zip(results, runs.items()):
         if args.no_async:

@@ -117,7 +117,7 @@ def test_vllm_and_the_learner_agree_on_the_sampled_tokens_log_probs(trained):
         assert learner["rollout_logp_abs_diff"] < 0.01
         assert "rollout_is_weight_mean" not in learner  # rollout_correction is off by default
         assert "tis_weight" not in summary_line(result)
-        assert result[Metrics.ROLLOUT]["weight_sync_buckets"] == 1  # the tiny model fits one 512 MB bucket
+        assert result[Metrics.ROLLOUT]["weight_sync_buckets"] == 1  # the tiny model fits one bucket
 
 
 def test_validation_runs_before_training_and_on_the_evaluation_interval(trained):
