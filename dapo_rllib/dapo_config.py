@@ -26,6 +26,16 @@ PROBLEM_SOURCE_KEYS = ("dataset", "split", "num_problems")  # env config keys th
 DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".gz")  # an eval_dataset with these names a file; others a built-in set
 
 
+# Default token budgets of a learner micro-batch (`DAPOConfig.micro_batch_token_budget`). GPUs
+# want long matmuls: verl's tuning guide advises at least two full sequences. On CPUs a micro-batch
+# whose activations stay in cache is faster: a bare forward + backward + AdamW step over the same
+# 128 sequences of the 25M workload took 26.4 s in 2,048-token micro-batches, 32.4 s in 4,096,
+# 41.6 s in 16,384 and 59.1 s in 32,768 (`bench/scale.py --workload 25m
+# --sweep-micro-batch-tokens ...`, README "Against TRL").
+GPU_MICRO_BATCH_TOKENS = 16384
+CPU_MICRO_BATCH_TOKENS = 2048
+
+
 class DAPOConfig(AlgorithmConfig):
     """Configuration of DAPO. Defaults are the reference Qwen2.5-32B run (docs/algorithm.md §5).
 
@@ -205,9 +215,11 @@ class DAPOConfig(AlgorithmConfig):
                 (prompt + response tokens, padding included). Each mini-batch is sorted by
                 length and cut into micro-batches within it; gradients accumulate to one
                 optimizer step per mini-batch, and the loss is exactly that of the mini-batch
-                in one piece. Memory only: no effect on results. None: 16,384 or two of the
-                longest possible sequences (max_prompt_length + max_response_length),
-                whichever is larger. The old log-prob recomputation uses the same budget.
+                in one piece. No effect on results, only on speed and memory. None: for GPU
+                learners (num_gpus_per_learner > 0) 16,384 or two of the longest possible
+                sequences (max_prompt_length + max_response_length), whichever is larger; for
+                CPU learners 2,048 or one longest sequence (`CPU_MICRO_BATCH_TOKENS`). The old
+                log-prob recomputation uses the same budget.
             gradient_checkpointing: Recompute each decoder layer's activations in the
                 backward pass instead of keeping them (Hugging Face gradient checkpointing):
                 less memory, about a third more learner compute.
@@ -455,10 +467,13 @@ class DAPOConfig(AlgorithmConfig):
 
     @property
     def micro_batch_token_budget(self) -> int:
-        """`max_tokens_per_micro_batch`, or its default."""
+        """`max_tokens_per_micro_batch`, or its default for the learners' device."""
         if self.max_tokens_per_micro_batch is not None:
             return self.max_tokens_per_micro_batch
-        return max(16384, 2 * (self.max_prompt_length + self.max_response_length))
+        longest = self.max_prompt_length + self.max_response_length
+        if self.num_gpus_per_learner > 0:
+            return max(GPU_MICRO_BATCH_TOKENS, 2 * longest)
+        return max(CPU_MICRO_BATCH_TOKENS, longest)
 
     @property
     def weight_sync_bucket_bytes(self) -> int:

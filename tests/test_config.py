@@ -133,10 +133,18 @@ def test_a_deepspeed_config_file_is_read(model_dir, tmp_path):
         DAPOConfig().training(model_path=model_dir, deepspeed_config=str(path), grad_clip_by="value").validate()
 
 
-def test_micro_batch_budget_default_holds_two_longest_sequences(model_dir):
-    assert DAPOConfig().micro_batch_token_budget == 2 * (2048 + 20480)
-    assert DAPOConfig().training(max_prompt_length=64, max_response_length=32).micro_batch_token_budget == 16384
+def test_micro_batch_budget_default_depends_on_the_learners_device(model_dir):
+    short = dict(max_prompt_length=64, max_response_length=32)
+    # CPU learners: 2,048 tokens, or one longest sequence (2048 + 20480 at the reference lengths).
+    assert DAPOConfig().micro_batch_token_budget == 2048 + 20480
+    assert DAPOConfig().training(**short).micro_batch_token_budget == 2048
+    # GPU learners: 16,384 tokens, or two longest sequences.
+    on_gpus = DAPOConfig().learners(num_gpus_per_learner=1)
+    assert on_gpus.micro_batch_token_budget == 2 * (2048 + 20480)
+    assert on_gpus.copy().training(**short).micro_batch_token_budget == 16384
+    # A budget set is the budget, on either device.
     assert DAPOConfig().training(max_tokens_per_micro_batch=30000).micro_batch_token_budget == 30000
+    assert on_gpus.copy().training(max_tokens_per_micro_batch=3000).micro_batch_token_budget == 3000
 
 
 def test_old_log_probs_are_recomputed_only_when_a_batch_gets_several_optimizer_steps():
