@@ -3,7 +3,7 @@
     python bench/scale.py [--workload NAME|default|all] [--steps 3] [--json PATH] [--no-async] [--smoke]
                           [--sweep-micro-batch-tokens 2048,4096,...]
 
-Workloads (`WORKLOADS`): "25m", and Qwen2.5 shapes with full fine-tuning or LoRA (rank 16 on
+Workloads (`WORKLOADS`): "25m" and "25m-bf16" (float32, bfloat16), and Qwen2.5 shapes with full fine-tuning or LoRA (rank 16 on
 every decoder linear layer) in float32 or bfloat16: "qwen2.5-0.5b-shape", "qwen2.5-0.5b-shape-bf16",
 "qwen2.5-0.5b-shape-lora", "qwen2.5-0.5b-shape-lora-bf16", "qwen2.5-0.5b-shape-lora-merged" (the
 adapters merged into the weights that travel, vLLM without LoRA), "qwen2.5-1.5b-shape-lora-bf16",
@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -53,6 +54,7 @@ import torch
 import dapo_rllib  # noqa: F401  (registers DAPO; vLLM's environment defaults)
 from dapo_rllib.columns import Metrics, tag
 from dapo_rllib.dapo import DAPOConfig
+from dapo_rllib.dapo_config import CPU_MICRO_BATCH_TOKENS
 from dapo_rllib.micro_batching import plan_micro_batches
 from dapo_rllib.tensorboard import readable_scalars
 from dapo_rllib.tiny_model import default_cache_dir
@@ -101,13 +103,13 @@ SHAPE_STEP = dict(
     prompts=4, group_size=4, max_response_length=64, max_tokens_per_micro_batch=1024, gradient_checkpointing=True
 )
 # A 25M-parameter Qwen2 with the tiny vocabulary: 16 prompts x 8 x up to 256 tokens (the
-# workload bench/trl_baseline.py runs TRL's GRPOTrainer on).
+# workload bench/trl_baseline.py runs TRL's GRPOTrainer on), in micro-batches of the CPU default.
 SMALL_25M = Workload(
     dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2),
     prompts=16,
     group_size=8,
     max_response_length=256,
-    max_tokens_per_micro_batch=4096,
+    max_tokens_per_micro_batch=CPU_MICRO_BATCH_TOKENS,
     gradient_checkpointing=False,
 )
 WORKLOADS = {
@@ -124,8 +126,9 @@ WORKLOADS = {
     "qwen2.5-1.5b-shape-lora-bf16": Workload(QWEN2_5_1_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
     "qwen2.5-3b-shape-lora-bf16": Workload(QWEN2_5_3B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
 }
+CORES = os.cpu_count()  # the Ray cluster's CPUs, all of them the env runner's in a synchronous step
 # What `make bench` runs: the shapes' full fine-tuning and LoRA baselines (the rest by name or "all").
-DEFAULT_WORKLOADS = ("25m", "qwen2.5-0.5b-shape", "qwen2.5-0.5b-shape-lora")
+DEFAULT_WORKLOADS = ("25m", "25m-bf16", "qwen2.5-0.5b-shape", "qwen2.5-0.5b-shape-lora")
 SMOKE = Workload(
     dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
     prompts=2,
@@ -212,7 +215,10 @@ def config_for(workload: Workload, model_path: Path, async_rollout: bool = False
     return (
         DAPOConfig()
         .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
-        .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
+        # A synchronous step takes turns, generation then the update: the engine gets every core for
+        # its turn (Ray sets the env runner's threads from its CPUs; one thread generated at half
+        # the speed). With async_rollout both run at once, one core each.
+        .env_runners(num_env_runners=1, num_cpus_per_env_runner=1 if async_rollout else CORES)
         .evaluation(val_before_train=False)
         .training(
             model_path=str(model_path),
@@ -443,7 +449,7 @@ def main() -> None:
         runs = {name: (WORKLOADS[name], args.steps) for name in chosen}
     models = {name: random_model(w.shape) for name, (w, _) in runs.items()}
     # A cluster of its own (address="local"), not one another job on this machine started.
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=CORES, include_dashboard=False)
     if args.async_only:
         ((name, (workload, steps)),) = runs.items()
         algo = config_for(workload, models[name], async_rollout=True).build_algo()

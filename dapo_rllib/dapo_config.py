@@ -31,7 +31,7 @@ DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".gz")  # an eval_dataset with these
 # whose activations stay in cache is faster: a bare forward + backward + AdamW step over the same
 # 128 sequences of the 25M workload took 26.4 s in 2,048-token micro-batches, 32.4 s in 4,096,
 # 41.6 s in 16,384 and 59.1 s in 32,768 (`bench/scale.py --workload 25m
-# --sweep-micro-batch-tokens ...`, README "Against TRL").
+# --sweep-micro-batch-tokens ...`, README "Against TRL's GRPOTrainer").
 GPU_MICRO_BATCH_TOKENS = 16384
 CPU_MICRO_BATCH_TOKENS = 2048
 
