@@ -1,7 +1,7 @@
 # One entry point for setup, the main job, the tests and the benchmark.
 #   make train   - set up, build the tiny model if missing, train + evaluate the tiny DAPO example
 #   make test    - set up, run the test suite
-#   make bench   - set up, print where a training step's time goes and the code env's scoring time
+#   make bench   - set up, run every benchmark in bench/ (step timing, scoring, scale, transport, TRL)
 #   make bench-smoke - every benchmark in its smoke mode (one short run each; CI runs it)
 #   make ablation - the DAPO paper's ablation, small (6 stages x 3 seeds, under an hour on 2 cores)
 #   make ablation-smoke - the same grid with 1 seed and 2 iterations (CI runs it)
