@@ -211,6 +211,23 @@ def main() -> None:
 HIDDEN_FROM_WORKER = ("vllm", "deepspeed", "ray")
 
 
+# The workload settings that are GRPOConfig fields of the same name.
+GRPO_CONFIG_SETTINGS = (
+    "num_generations",
+    "num_iterations",
+    "max_completion_length",
+    "temperature",
+    "top_p",
+    "weight_decay",
+    "max_grad_norm",
+    "beta",
+    "loss_type",
+    "epsilon",
+    "epsilon_high",
+    "gradient_checkpointing",
+)
+
+
 def worker(spec: dict) -> None:
     """Train `spec["steps"]` steps of `spec["rows"]` with GRPOTrainer; write the figures to `spec["out"]`."""
     for name in HIDDEN_FROM_WORKER:
@@ -252,20 +269,9 @@ def worker(spec: dict) -> None:
             # One optimizer step per batch: the gradients of all its micro-batches accumulated.
             gradient_accumulation_steps=completions_per_step // rows,
             generation_batch_size=completions_per_step,
-            num_generations=settings["num_generations"],
-            num_iterations=settings["num_iterations"],
-            max_completion_length=settings["max_completion_length"],
-            temperature=settings["temperature"],
-            top_p=settings["top_p"],
+            **{key: settings[key] for key in GRPO_CONFIG_SETTINGS},
             learning_rate=settings["lr"],
             lr_scheduler_type="constant",
-            weight_decay=settings["weight_decay"],
-            max_grad_norm=settings["max_grad_norm"],
-            beta=settings["beta"],
-            loss_type=settings["loss_type"],
-            epsilon=settings["epsilon"],
-            epsilon_high=settings["epsilon_high"],
-            gradient_checkpointing=settings["gradient_checkpointing"],
             shuffle_dataset=False,  # the prompts in scale.py's order
             use_vllm=False,
             bf16=False,
