@@ -121,6 +121,9 @@ WORKLOADS = {
     "qwen2.5-0.5b-shape-lora": Workload(QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16),
     "qwen2.5-0.5b-shape-lora-bf16": Workload(QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
     "qwen2.5-0.5b-shape-lora-merged": Workload(QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16, lora_sync="merged"),
+    "qwen2.5-0.5b-shape-lora-bf16-merged": Workload(
+        QWEN2_5_0_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16", lora_sync="merged"
+    ),
     # Qwen2.5-1.5B's and -3B's shapes (1.54B and 3.09B parameters): LoRA in bfloat16 only, the one
     # setting whose learner and engine fit this machine's 24 GiB together.
     "qwen2.5-1.5b-shape-lora-bf16": Workload(QWEN2_5_1_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),

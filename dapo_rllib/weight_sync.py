@@ -108,16 +108,25 @@ class WeightTransport(Protocol):
     def receive(self, handle: Any) -> dict[Piece, torch.Tensor]: ...
 
 
+# numpy has no bfloat16: such a tensor travels as its bits, viewed as int16, and is viewed back.
+_NUMPY_STAND_INS = {torch.bfloat16: torch.int16}
+
+
 class ObjectStoreTransport:
     """Ray's object store: one `ray.put` per bucket (its one copy); every runner reads it from
     shared memory (same node, no copy) or through Ray's object transfer (other nodes). The
     bucket goes as numpy arrays, which Ray stores without pickling their data (plain torch
-    tensors measured 6-8x slower here, `bench/weight_transport.py`)."""
+    tensors measured 6-8x slower here, `bench/weight_transport.py`), each with its torch dtype."""
 
     def send(self, tensors: dict[Piece, torch.Tensor]) -> Any:
         import ray
 
-        return ray.put({piece: tensor.numpy() for piece, tensor in tensors.items()})
+        return ray.put(
+            {
+                piece: (tensor.dtype, tensor.view(_NUMPY_STAND_INS.get(tensor.dtype, tensor.dtype)).numpy())
+                for piece, tensor in tensors.items()
+            }
+        )
 
     def receive(self, handle: Any) -> dict[Piece, torch.Tensor]:
         import ray
@@ -125,7 +134,7 @@ class ObjectStoreTransport:
         with warnings.catch_warnings():
             # The arrays are read-only views of shared memory; the engine only copies from them.
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            return {piece: torch.from_numpy(array) for piece, array in ray.get(handle).items()}
+            return {piece: torch.from_numpy(array).view(dtype) for piece, (dtype, array) in ray.get(handle).items()}
 
 
 TRANSPORTS = {"object_store": ObjectStoreTransport}

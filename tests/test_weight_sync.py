@@ -95,3 +95,12 @@ def test_object_store_transport_round_trip(ray_session):
     assert list(received) == bucket
     for piece, tensor in received.items():
         torch.testing.assert_close(tensor, PARAMS[piece.name][piece.start : piece.stop], rtol=0, atol=0)
+
+
+def test_bfloat16_weights_travel_bit_for_bit(ray_session):
+    # numpy has no bfloat16 (the merged weights of a bfloat16 LoRA base, DeepSpeed's bf16 mode).
+    params = {"w": torch.tensor([[1.0, -2.5], [3.140625, 1e-3]], dtype=torch.bfloat16)}
+    (bucket,) = plan_buckets([("w", (2, 2), 2)], 1024)
+    transport = ObjectStoreTransport()
+    (received,) = transport.receive(transport.send(bucket_tensors(bucket, params))).values()
+    assert received.dtype == torch.bfloat16 and torch.equal(received, params["w"])
