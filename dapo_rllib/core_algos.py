@@ -58,6 +58,7 @@ never leak into a loss or a metric.
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from collections.abc import Callable, Hashable, Sequence
 
@@ -117,6 +118,15 @@ def _choice(table: dict, key: str, setting: str, plural: str):
         raise ValueError(f"unknown {setting} {key!r}; valid {plural}: {', '.join(table)}") from None
 
 
+def _check_clip_range(clip_eps_low: float, clip_eps_high: float, *, low_may_be_one: bool = False) -> None:
+    """The clip range ``[1 - clip_eps_low, 1 + clip_eps_high]`` must hold 1 and have a lower
+    bound >= 0 (> 0 unless ``low_may_be_one``: a weight's range may start at 0, a ratio's may not)."""
+    if not (0 <= clip_eps_low <= 1 if low_may_be_one else 0 <= clip_eps_low < 1):
+        raise ValueError(f"clip_eps_low must be in [0, {'1]' if low_may_be_one else '1)'}, got {clip_eps_low}")
+    if clip_eps_high < 0:
+        raise ValueError(f"clip_eps_high must be >= 0, got {clip_eps_high}")
+
+
 def _check_same_shape(**tensors: torch.Tensor) -> None:
     shapes = {name: tuple(t.shape) for name, t in tensors.items()}
     if len(set(shapes.values())) > 1:
@@ -135,8 +145,11 @@ class _Registry:
     def __init__(self, setting: str, plural: str):
         self.setting, self.plural = setting, plural
         self.table: dict[str, Callable] = {}
+        self._traits: dict[str, dict] = {}
 
-    def register(self, name: str) -> Callable[[Callable], Callable]:
+    def register(self, name: str, **traits) -> Callable[[Callable], Callable]:
+        """Register the decorated function as ``name``; ``traits`` are what a config checks
+        its other settings against (e.g. a policy loss's ``loss_agg_modes``)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.setting} name must be a non-empty string, got {name!r}")
 
@@ -144,9 +157,14 @@ class _Registry:
             if name in self.table:
                 raise ValueError(f"{self.setting} {name!r} is already registered; choose another name")
             self.table[name] = fn
+            self._traits[name] = traits
             return fn
 
         return decorator
+
+    def traits(self, name: str) -> dict:
+        """The traits ``name`` was registered with ({} for an import path)."""
+        return self._traits.get(name, {})
 
     def lookup(self, name: str) -> Callable:
         """The function registered as ``name``, or at import path ``"package.module:function"``."""
@@ -167,13 +185,20 @@ class _Registry:
 #        clip_ratio_c, loss_agg_mode, num_tokens=None, num_seqs=None, loss_scale_factor=None)
 #     -> (0-dim loss, {metric name: detached 0-dim tensor})
 # with the tensors and settings of `compute_policy_loss`; a variant takes **kwargs for the
-# settings it does not use. An advantage estimator is `fn(scores [n], group_ids [n]) -> [n]`.
+# settings it does not use. Its traits: `loss_agg_modes` (the modes it defines; default all),
+# `dual_clip` (whether it takes clip_ratio_c; default True) and `clip_eps_low_may_be_1` (its
+# clip bounds a weight, whose range may start at 0; default False).
+#
+# An advantage estimator is `fn(scores [n], group_ids [n]) -> [n]` (one advantage per
+# response), or takes `response_mask` [n, T] as a keyword (the tokens in the loss: response
+# lengths, token-level normalisation) and may return [n, T]; `compute_advantages` calls either.
 _POLICY_LOSSES = _Registry("policy_loss", "policy losses")
 _ADV_ESTIMATORS = _Registry("adv_estimator", "advantage estimators")
-register_policy_loss, policy_loss_fn, policy_losses = (
+register_policy_loss, policy_loss_fn, policy_losses, policy_loss_traits = (
     _POLICY_LOSSES.register,
     _POLICY_LOSSES.lookup,
     _POLICY_LOSSES.names,
+    _POLICY_LOSSES.traits,
 )
 register_adv_estimator, adv_estimator_fn, adv_estimators = (
     _ADV_ESTIMATORS.register,
@@ -388,10 +413,7 @@ def compute_policy_loss(
         advantages=advantages,
         response_mask=response_mask,
     )
-    if not 0 <= clip_eps_low < 1:
-        raise ValueError(f"clip_eps_low must be in [0, 1), got {clip_eps_low}")
-    if clip_eps_high < 0:
-        raise ValueError(f"clip_eps_high must be >= 0, got {clip_eps_high}")
+    _check_clip_range(clip_eps_low, clip_eps_high)
     if clip_ratio_c is not None and clip_ratio_c <= 1:
         raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
 
@@ -431,6 +453,159 @@ def compute_policy_loss(
             Metrics.APPROX_KL: masked_mean(-log_ratio.detach(), response_mask),
             Metrics.RATIO_MEAN: masked_mean(ratio, response_mask),
         }
+    return loss, metrics
+
+
+# --------------------------------------------------------------------------
+# Policy losses of DAPO's neighbours: GSPO (sequence ratio), CISPO (clipped weight)
+# --------------------------------------------------------------------------
+
+
+def _log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+    return (log_probs - old_log_probs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+
+
+def _aggregate(token_loss, response_mask, loss_agg_mode: str, settings: dict) -> torch.Tensor:
+    """``agg_loss`` with the denominators among a policy loss's ``settings`` (the others, such as
+    ``clip_ratio_c``, are a variant's to ignore)."""
+    denominators = {k: settings.get(k) for k in ("num_tokens", "num_seqs", "loss_scale_factor")}
+    return agg_loss(token_loss, response_mask, loss_agg_mode, **denominators)
+
+
+def _clip_metrics(ratio, advantages, response_mask, log_ratio, low, high, *, by_sign=True) -> dict[str, torch.Tensor]:
+    """Means over the masked tokens: the fractions clipped below ``low`` and above ``high`` (with
+    ``by_sign``, as PPO's clip binds: low only where A < 0, high only where A > 0), ``approx_kl``
+    and ``ratio_mean``; no dual clip."""
+    ratio = ratio.detach()
+    below, above = ratio < low, ratio > high
+    if by_sign:
+        below, above = below & (advantages < 0), above & (advantages > 0)
+    return {
+        Metrics.PG_CLIPFRAC_LOW: masked_mean(below.to(ratio.dtype), response_mask),
+        Metrics.PG_CLIPFRAC_HIGH: masked_mean(above.to(ratio.dtype), response_mask),
+        Metrics.PG_CLIPFRAC_DUAL: ratio.new_zeros(()),
+        Metrics.APPROX_KL: masked_mean(-log_ratio.detach(), response_mask),
+        Metrics.RATIO_MEAN: masked_mean(ratio, response_mask),
+    }
+
+
+def sequence_log_ratio(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """[batch] ``(1 / |o_i|) sum_t log r_{i,t}`` over each sequence's masked tokens: the log of
+    GSPO's sequence ratio, the geometric mean of the token ratios (0 for a sequence without tokens)."""
+    return masked_mean(_log_ratio(log_probs, old_log_probs), response_mask, dim=-1)
+
+
+@register_policy_loss("gspo_token", dual_clip=False)
+def gspo_token_policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_eps_low: float = 3e-4,
+    clip_eps_high: float = 4e-4,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    **settings,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GSPO-token (Zheng et al., 2025, "Group Sequence Policy Optimization", arXiv 2507.18071):
+    the policy loss ``"gspo_token"``, PPO's clip on the sequence ratio with per-token advantages.
+
+    Per token, with ``s_i = exp((1/|o_i|) sum_t log r_{i,t})`` (``sequence_log_ratio``)::
+
+        s_{i,t} = sg[s_i] * pi(o_{i,t}) / sg[pi(o_{i,t})]
+        l = max(-A_{i,t} s_{i,t}, -A_{i,t} clip(s_{i,t}, 1 - clip_eps_low, 1 + clip_eps_high))
+
+    ``s_{i,t}`` has the value ``s_i`` at every token of ``o_i``; its gradient is that of
+    ``log pi(o_{i,t})`` times ``s_i``, so with ``A_{i,t} = A_i`` and ``"seq-mean-token-mean"``
+    the loss and its gradient are GSPO's (``"gspo"``). The paper's clip range is 3e-4 / 4e-4:
+    the sequence ratio is a geometric mean, far closer to 1 than token ratios. No dual clip.
+    Clip fractions count tokens; ``ratio_mean`` is the mean of ``s_{i,t}`` over tokens.
+    """
+    _check_same_shape(
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
+    )
+    _check_clip_range(clip_eps_low, clip_eps_high)
+    seq_log_ratio = sequence_log_ratio(log_probs, old_log_probs, response_mask)
+    token_log_ratio = seq_log_ratio.detach().unsqueeze(-1) + log_probs - log_probs.detach()
+    ratio = torch.exp(token_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    low, high = 1 - clip_eps_low, 1 + clip_eps_high
+    token_loss = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(low, high))
+    loss = _aggregate(token_loss, response_mask, loss_agg_mode, settings)
+    with torch.no_grad():
+        metrics = _clip_metrics(ratio, advantages, response_mask, _log_ratio(log_probs, old_log_probs), low, high)
+    return loss, metrics
+
+
+@register_policy_loss("gspo", loss_agg_modes=("seq-mean-token-mean",), dual_clip=False)
+def gspo_policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    **settings,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GSPO (arXiv 2507.18071): the policy loss ``"gspo"``. Per sequence, with its sequence
+    ratio ``s_i`` and its advantage ``A_i`` (the mean of its tokens' advantages)::
+
+        l_i = max(-A_i s_i, -A_i clip(s_i, 1 - clip_eps_low, 1 + clip_eps_high))
+
+    averaged over sequences. Computed as ``gspo_token_policy_loss`` with ``A_i`` at every token
+    and ``"seq-mean-token-mean"``, the one aggregation the sequence ratio defines (a token mean
+    would weigh each sequence's ``l_i`` by its length)."""
+    if settings.get("loss_agg_mode", "seq-mean-token-mean") != "seq-mean-token-mean":
+        raise ValueError(
+            f"policy_loss='gspo' defines one loss per sequence: loss_agg_mode must be "
+            f"'seq-mean-token-mean', got {settings['loss_agg_mode']!r} (policy_loss='gspo_token' takes any mode)"
+        )
+    _check_same_shape(advantages=advantages, response_mask=response_mask)
+    sequence_advantage = masked_mean(advantages, response_mask, dim=-1).unsqueeze(-1).expand_as(advantages)
+    return gspo_token_policy_loss(
+        log_probs,
+        old_log_probs,
+        sequence_advantage,
+        response_mask,
+        **settings | {"loss_agg_mode": "seq-mean-token-mean"},
+    )
+
+
+@register_policy_loss("cispo", dual_clip=False, clip_eps_low_may_be_1=True)
+def cispo_policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_eps_low: float = 1.0,
+    clip_eps_high: float = 4.0,
+    loss_agg_mode: str = "token-mean",
+    **settings,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO (MiniMax, 2025, "MiniMax-M1", arXiv 2506.13585): the policy loss ``"cispo"``.
+
+    Per token, a REINFORCE term weighted by the clipped importance ratio without its gradient::
+
+        l = -sg[clip(r, 1 - clip_eps_low, 1 + clip_eps_high)] * A * log pi(o_t)
+
+    PPO's clip drops the gradient of a token whose ratio left the range; here every token keeps
+    ``-w A grad log pi``, only its weight is bounded. ``clip_eps_low = 1`` leaves the weight
+    without a lower bound (the paper tunes the upper one only). The loss's value is not a
+    surrogate objective (it is ``log pi`` weighted), its gradient is. Clip fractions: tokens
+    whose weight was cut below or above its range, whatever the sign of ``A``.
+    """
+    _check_same_shape(
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
+    )
+    _check_clip_range(clip_eps_low, clip_eps_high, low_may_be_one=True)
+    log_ratio = _log_ratio(log_probs, old_log_probs)
+    ratio = torch.exp(log_ratio).detach()
+    low, high = 1 - clip_eps_low, 1 + clip_eps_high
+    token_loss = -ratio.clamp(low, high) * advantages * log_probs
+    loss = _aggregate(token_loss, response_mask, loss_agg_mode, settings)
+    with torch.no_grad():
+        # The weight is cut whatever the advantage's sign.
+        metrics = _clip_metrics(ratio, advantages, response_mask, log_ratio, low, high, by_sign=False)
     return loss, metrics
 
 
@@ -532,11 +707,133 @@ def dr_grpo_advantages(scores: torch.Tensor, group_ids: GroupIds) -> torch.Tenso
     return compute_group_advantages(scores, group_ids, norm_by_std=False)
 
 
+def _as_float64(scores: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+    """(scores in float64, the dtype to return advantages in: the scores', float32 for integers)."""
+    return scores.to(torch.float64), scores.dtype if scores.is_floating_point() else torch.get_default_dtype()
+
+
+@register_adv_estimator("rloo")
+def rloo_advantages(scores: torch.Tensor, group_ids: GroupIds) -> torch.Tensor:
+    """REINFORCE Leave-One-Out (Ahmadian et al., 2024, "Back to Basics", arXiv 2402.14740;
+    Kool et al., 2019): the advantage estimator ``"rloo"``. The baseline of ``R_i`` is the mean
+    of the other members of its group::
+
+        A_i = R_i - (1 / (G - 1)) sum_{j != i} R_j = G / (G - 1) * (R_i - mean_g R)
+
+    A group of one keeps ``A = R``. Returns [n], dtype of ``scores`` (float32 for integers).
+    """
+    inverse, num_groups = _group_index(group_ids, scores, "scores")
+    values, out_dtype = _as_float64(scores)
+    counts, means, _ = _group_moments(values, inverse, num_groups)
+    g = counts[inverse]
+    advantages = torch.where(g > 1, (values - means[inverse]) * g / (g - 1).clamp_min(1), values)
+    return advantages.to(out_dtype)
+
+
+@register_adv_estimator("opo")
+def opo_advantages(scores: torch.Tensor, group_ids: GroupIds, *, response_mask: torch.Tensor) -> torch.Tensor:
+    """On-Policy RL with Optimal reward baseline (Hao et al., 2025, arXiv 2505.23585): the
+    advantage estimator ``"opo"``. The baseline is the group's length-weighted mean reward, the
+    variance-optimal one when the squared gradient norm of a response grows with its length::
+
+        A_i = R_i - sum_g L_j R_j / sum_g L_j,     L_j = |o_j| (tokens in the loss)
+
+    No std division. A group of one, or one whose responses have no loss tokens, keeps
+    ``A = R``. Returns [n].
+    """
+    inverse, num_groups = _group_index(group_ids, scores, "scores")
+    values, out_dtype = _as_float64(scores)
+    if response_mask.dim() != 2 or response_mask.shape[0] != values.shape[0]:
+        raise ValueError(
+            f"response_mask has shape {tuple(response_mask.shape)}; expected [{values.shape[0]}, T], one row per score"
+        )
+    lengths = response_mask.to(torch.float64).sum(-1)
+    weighted = values.new_zeros(num_groups).index_add_(0, inverse, lengths * values)
+    total = values.new_zeros(num_groups).index_add_(0, inverse, lengths)
+    counts = torch.bincount(inverse, minlength=num_groups)
+    has_baseline = ((counts > 1) & (total > 0))[inverse]
+    baselines = (weighted / total.clamp_min(1))[inverse]
+    return torch.where(has_baseline, values - baselines, values).to(out_dtype)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps)`` over the masked positions, with the unbiased variance
+    (n - 1, as verl's ``masked_whiten``); masked-out positions get 0. One masked position: its
+    value minus itself, 0."""
+    keep = mask.bool()
+    count = keep.sum()
+    mean = masked_mean(values, keep)
+    centred = (values - mean).masked_fill(~keep, 0)
+    variance = centred.square().sum() / (count - 1).clamp_min(1)
+    return centred * torch.rsqrt(variance + eps)
+
+
+@register_adv_estimator("reinforce_plus_plus")
+def reinforce_plus_plus_advantages(
+    scores: torch.Tensor, group_ids: GroupIds, *, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE++ (Hu, 2025, arXiv 2501.03262): the advantage estimator
+    ``"reinforce_plus_plus"``. Each token's return (the outcome reward ``R_i``, undiscounted:
+    the reward comes at the end and gamma = 1) normalised over every loss token of the batch::
+
+        A_{i,t} = (R_i - mean_batch) / std_batch,    mean and std over all loss tokens
+
+    No group baseline (``group_ids`` only checks the shapes): the batch is the baseline, so
+    responses weigh by their token count. The paper's per-token KL in the reward is not built
+    (set ``kl_coef`` for a KL loss term). Returns [n, T], 0 outside ``response_mask``.
+    """
+    _group_index(group_ids, scores, "scores")
+    values, out_dtype = _as_float64(scores)
+    returns = values.unsqueeze(-1).expand(response_mask.shape)
+    return masked_whiten(returns, response_mask).to(out_dtype)
+
+
+@register_adv_estimator("reinforce_plus_plus_baseline")
+def reinforce_plus_plus_baseline_advantages(
+    scores: torch.Tensor, group_ids: GroupIds, *, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """REINFORCE++ with a group baseline (arXiv 2501.03262, for several samples per prompt):
+    the advantage estimator ``"reinforce_plus_plus_baseline"``. The group mean is subtracted
+    first (no per-group std), then every loss token of the batch is normalised as in
+    ``"reinforce_plus_plus"``::
+
+        A_{i,t} = whiten_batch(R_i - mean_g R)
+
+    Returns [n, T], 0 outside ``response_mask``.
+    """
+    centred = compute_group_advantages(scores.to(torch.float64), group_ids, norm_by_std=False)
+    _, out_dtype = _as_float64(scores)
+    return masked_whiten(centred.unsqueeze(-1).expand(response_mask.shape), response_mask).to(out_dtype)
+
+
+def compute_advantages(
+    estimator: str, scores: torch.Tensor, group_ids: GroupIds, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """[n, T] token advantages from the registered (or ``"module:function"``) ``estimator``: it gets
+    ``response_mask`` (the loss tokens) if it takes that keyword; a per-response result [n] is
+    broadcast over the tokens. Positions outside ``response_mask`` get 0."""
+    fn = adv_estimator_fn(estimator)
+    if "response_mask" in inspect.signature(fn).parameters:
+        advantages = fn(scores, group_ids, response_mask=response_mask)
+    else:
+        advantages = fn(scores, group_ids)
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    if advantages.shape[0] != response_mask.shape[0] or advantages.shape[1] not in (1, response_mask.shape[1]):
+        raise ValueError(
+            f"adv_estimator={estimator!r} returned advantages of shape {tuple(advantages.shape)}; "
+            f"expected [{response_mask.shape[0]}] or {list(response_mask.shape)}"
+        )
+    return advantages.expand(response_mask.shape).masked_fill(~response_mask.bool(), 0)
+
+
 def filter_groups(
     metric_values: torch.Tensor | Sequence[float] | np.ndarray,
     group_ids: GroupIds,
     *,
     tol: float = 1e-6,
+    band: tuple[float, float] | None = None,
+    min_std: float = 0.0,
 ) -> torch.Tensor:
     """Dynamic-sampling filter: which responses belong to informative groups.
 
@@ -546,21 +843,36 @@ def filter_groups(
     ``0 < |{correct}| < G``; all-correct and all-wrong groups have zero
     advantage and give no gradient. The spread, not the mean, is tested, and
     ``tol`` makes values that differ only by rounding (``0.1 + 0.2`` vs
-    ``0.3``) count as equal.
+    ``0.3``) count as equal. Two optional, stricter tests:
+
+    - ``band = (low, high)``: the group's mean must lie strictly inside it
+      (e.g. an accuracy band ``(0.1, 0.9)``: groups nearly solved or nearly
+      failed carry little signal); applies to groups of one too.
+    - ``min_std``: the population std must be at least this (OpenRLHF #1270);
+      groups of one are exempt, as from ``tol``.
 
     Args:
         metric_values: [n] per-response metric ("acc", "score", ...).
         group_ids: [n], as in ``compute_group_advantages``.
         tol: spreads at or below this count as zero.
+        band: None, or ``(low, high)`` with ``low < high``.
+        min_std: >= 0.
 
     Returns:
         [n] bool tensor, True for responses of kept groups.
     """
+    if band is not None and not band[0] < band[1]:
+        raise ValueError(f"filter_band={tuple(band)} must have low < high")
+    if min_std < 0:
+        raise ValueError(f"filter_min_std must be >= 0, got {min_std}")
     values = torch.as_tensor(metric_values, dtype=torch.float64)
     inverse, num_groups = _group_index(group_ids, values, "metric_values")
-    counts, _, sq_dev = _group_moments(values, inverse, num_groups)
+    counts, means, sq_dev = _group_moments(values, inverse, num_groups)
     population_std = (sq_dev / counts).sqrt()
-    keep_group = (population_std > tol) | (counts == 1)
+    single = counts == 1
+    keep_group = ((population_std > tol) & (population_std >= min_std)) | single
+    if band is not None:
+        keep_group &= (means > band[0]) & (means < band[1])
     return keep_group[inverse]
 
 
@@ -620,7 +932,15 @@ def overlong_penalty(
 # Rollout / learner mismatch (docs/scaling.md §5)
 # --------------------------------------------------------------------------
 
-ROLLOUT_CORRECTIONS = (None, "tis")
+# Rollout corrections: None, or how each token's policy-gradient term is weighted by the
+# importance ratio rho = pi_old / pi_rollout of the sampler's draw (the first three truncate it at
+# a cap, the other three keep tokens or sequences whose ratio is inside a band and drop the rest).
+TRUNCATED_CORRECTIONS = ("tis", "seq_tis")
+MASKED_CORRECTIONS = ("token_mask", "seq_mask", "geo_mask")
+ROLLOUT_CORRECTIONS = (None, *TRUNCATED_CORRECTIONS, *MASKED_CORRECTIONS)
+# A band keeps what is inside [low, high]. Defaults as verl's presets: a sequence ratio (a product
+# of token ratios) within a factor 2; a geometric mean within 0.1% of 1.
+DEFAULT_MASK_BANDS = {"token_mask": (0.5, 2.0), "seq_mask": (0.5, 2.0), "geo_mask": (0.999, 1.001)}
 
 
 def rollout_mismatch(
@@ -648,38 +968,60 @@ def rollout_correction_weights(
     *,
     mode: str | None = "tis",
     cap: float = 2.0,
+    band: tuple[float, float] | None = None,
 ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
     """Per-token importance weights that correct for sampling from the rollout engine.
 
-    ``mode="tis"`` (truncated importance sampling, Yao et al. 2025)::
+    With ``log rho_t = old_log_probs - rollout_log_probs`` (the learner's policy over the
+    sampler's, per token) and sums and means over each sequence's masked tokens:
 
-        w = min(pi_old / pi_rollout, cap) = min(exp(old_log_probs - rollout_log_probs), cap)
+    - ``"tis"`` (truncated importance sampling, Yao et al. 2025): ``w_t = min(rho_t, cap)``.
+    - ``"seq_tis"``: ``w_i = min(prod_t rho_t, cap)`` on every token of sequence ``i``.
+    - ``"token_mask"``: ``w_t = 1`` if ``low <= rho_t <= high``, else 0 (the token is dropped).
+    - ``"seq_mask"``: ``w_i = 1`` if ``low <= prod_t rho_t <= high``, else 0 (the sequence is dropped).
+    - ``"geo_mask"``: ``w_i = 1`` if ``low <= exp(mean_t log rho_t) <= high``, else 0 (the
+      geometric mean: a band that does not widen with the length).
 
-    per token, without gradient. The weight multiplies the policy-gradient term of each token;
-    the learner does that by scaling the token's advantage by ``w``, which is the same for any
-    policy loss that is positively homogeneous in the advantage (PPO's clip and dual clip are:
-    ``w > 0`` keeps the advantage's sign, so the same branch of each min/max is taken).
-    ``mode=None``: no correction, returns ``(None, {})``.
+    ``band = (low, high)`` defaults to ``DEFAULT_MASK_BANDS[mode]``. Weights carry no gradient.
+    The learner multiplies each token's advantage by its weight, which weights the policy-gradient
+    term for any loss positively homogeneous in the advantage (PPO's clip and dual clip, GSPO,
+    CISPO: ``w > 0`` keeps the advantage's sign); a dropped token still counts in the loss's
+    denominator, as TRL's masks. ``mode=None``: no correction, returns ``(None, {})``.
 
-    Returns ``(weights, metrics)``: ``rollout_is_weight_mean`` and
-    ``rollout_is_capped_fraction`` (tokens whose weight hit the cap), over masked tokens.
+    Returns ``(weights, metrics)`` over the masked tokens: ``rollout_is_weight_mean``, and
+    ``rollout_is_capped_fraction`` (truncating modes: tokens whose weight hit the cap) or
+    ``rollout_is_masked_fraction`` (masking modes: tokens dropped).
     """
     if mode not in ROLLOUT_CORRECTIONS:
         raise ValueError(f"rollout_correction={mode!r}; expected one of {ROLLOUT_CORRECTIONS}")
     if mode is None:
         return None, {}
-    if not cap >= 1:
+    if mode in TRUNCATED_CORRECTIONS and not cap >= 1:
         raise ValueError(f"rollout_is_cap must be >= 1, got {cap}")
+    low, high = band or DEFAULT_MASK_BANDS.get(mode, (0.0, math.inf))
+    if mode in MASKED_CORRECTIONS and not 0 < low < high:
+        raise ValueError(f"rollout_mask_band=({low}, {high}) must have 0 < low < high")
     _check_same_shape(old_log_probs=old_log_probs, rollout_log_probs=rollout_log_probs, response_mask=response_mask)
     with torch.no_grad():
+        keep = response_mask.bool()
+        log_rho = (old_log_probs - rollout_log_probs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO).masked_fill(~keep, 0)
+        if mode in ("seq_tis", "seq_mask"):
+            log_rho = log_rho.sum(-1, keepdim=True).expand_as(log_rho)
+        elif mode == "geo_mask":
+            log_rho = masked_mean(log_rho, keep, dim=-1).unsqueeze(-1).expand_as(log_rho)
+        if mode in TRUNCATED_CORRECTIONS:
+            capped = log_rho >= math.log(cap)
+            weights = torch.exp(log_rho.clamp(max=math.log(cap)))
+            fraction = (Metrics.ROLLOUT_IS_CAPPED_FRACTION, capped)
+        else:
+            inside = (log_rho >= math.log(low)) & (log_rho <= math.log(high))
+            weights = inside.to(old_log_probs.dtype)
+            fraction = (Metrics.ROLLOUT_IS_MASKED_FRACTION, ~inside)
         # Padding gets weight 1, so it stays as inert as before.
-        log_ratio = (old_log_probs - rollout_log_probs).clamp(max=math.log(cap)).masked_fill(~response_mask.bool(), 0)
-        weights = torch.exp(log_ratio)
+        weights = weights.masked_fill(~keep, 1)
         metrics = {
-            Metrics.ROLLOUT_IS_WEIGHT_MEAN: masked_mean(weights, response_mask),
-            Metrics.ROLLOUT_IS_CAPPED_FRACTION: masked_mean(
-                (log_ratio >= math.log(cap)).to(weights.dtype), response_mask
-            ),
+            Metrics.ROLLOUT_IS_WEIGHT_MEAN: masked_mean(weights, keep),
+            fraction[0]: masked_mean(fraction[1].to(weights.dtype), keep),
         }
     return weights, metrics
 

@@ -34,6 +34,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from dapo_rllib.checkpoints import refuse_another_algorithms_checkpoint
 from dapo_rllib.columns import Metrics
 from dapo_rllib.dapo_config import DAPOConfig
 from dapo_rllib.dynamic_sampling import GroupSampler
@@ -56,10 +57,21 @@ PENDING_GROUPS = "pending_groups"  # checkpoint key: async_rollout's batch for t
 
 
 class DAPO(Algorithm):
+    #: The name Tune and `rllib train` know the algorithm by, and a checkpoint is restored as.
+    NAME = "DAPO"
+    #: Its settings (a neighbour of DAPO's, `dapo_rllib.algorithms`, has its own defaults).
+    config_class = DAPOConfig
+
     @classmethod
     @override(Algorithm)
     def get_default_config(cls) -> DAPOConfig:
-        return DAPOConfig()
+        return cls.config_class()
+
+    @classmethod
+    @override(Algorithm)
+    def from_checkpoint(cls, path, filesystem=None, **kwargs) -> Algorithm:
+        refuse_another_algorithms_checkpoint(path, cls)
+        return super().from_checkpoint(path, filesystem=filesystem, **kwargs)
 
     @classmethod
     @override(Algorithm)
@@ -268,6 +280,8 @@ class DAPO(Algorithm):
 
     @override(Algorithm)
     def restore_from_path(self, path, *args, **kwargs) -> None:
+        if "component" not in kwargs:
+            refuse_another_algorithms_checkpoint(path, type(self))
         super().restore_from_path(path, *args, **kwargs)
         self.sync_weights_to_env_runners()
 

@@ -95,6 +95,8 @@ class DAPOConfig(AlgorithmConfig):
         self.max_num_gen_batches = 10
         self.dynamic_sampling = True
         self.filter_metric = "acc"
+        self.filter_band = None
+        self.filter_min_std = 0.0
         self.train_on_partial_batch = False
         self.minibatch_size_prompts = 32
         self.max_tokens_per_micro_batch = None
@@ -110,6 +112,7 @@ class DAPOConfig(AlgorithmConfig):
         self.weight_sync_bucket_mb = 1024
         self.rollout_correction = None
         self.rollout_is_cap = 2.0
+        self.rollout_mask_band = None
         self.async_rollout = False
         # Loss (names in core_algos' registries).
         self.policy_loss = "ppo_clip"
@@ -148,6 +151,8 @@ class DAPOConfig(AlgorithmConfig):
         max_num_gen_batches: int = NotProvided,
         dynamic_sampling: bool = NotProvided,
         filter_metric: str = NotProvided,
+        filter_band: tuple[float, float] | None = NotProvided,
+        filter_min_std: float = NotProvided,
         train_on_partial_batch: bool = NotProvided,
         minibatch_size_prompts: int = NotProvided,
         max_tokens_per_micro_batch: int | None = NotProvided,
@@ -161,6 +166,7 @@ class DAPOConfig(AlgorithmConfig):
         weight_sync_bucket_mb: float = NotProvided,
         rollout_correction: str | None = NotProvided,
         rollout_is_cap: float = NotProvided,
+        rollout_mask_band: tuple[float, float] | None = NotProvided,
         async_rollout: bool = NotProvided,
         policy_loss: str = NotProvided,
         adv_estimator: str = NotProvided,
@@ -207,6 +213,11 @@ class DAPOConfig(AlgorithmConfig):
             dynamic_sampling: Keep only groups whose `filter_metric` varies (docs/algorithm.md §2.2).
                 Off: one round of `train_batch_size_prompts` prompts, every group kept.
             filter_metric: "acc" (correctness, reference) or "score" (the verifier's reward, before length shaping).
+            filter_band: (low, high): dynamic sampling also drops groups whose mean `filter_metric`
+                is not strictly inside it (e.g. (0.1, 0.9): nearly solved or nearly failed
+                prompts). None (default): no band.
+            filter_min_std: Dynamic sampling also drops groups whose `filter_metric` has a
+                population std below this. Default 0.0: any spread.
             train_on_partial_batch: When the round cap is hit, train on the groups collected
                 (trimmed to whole mini-batches) instead of raising.
             minibatch_size_prompts: Prompts per optimizer step. Reference 32 (16 optimizer
@@ -250,26 +261,40 @@ class DAPOConfig(AlgorithmConfig):
                 travels in row slices and is joined on arrival (vLLM loads parameters whole).
                 Default 1024: the 0.5B shape's embedding (545 MB in float32) then travels
                 whole, and its sync took 2.9-3.2 s in steps against 4.0 s with 512 MB buckets.
-            rollout_correction: "tis": weight each token's policy-gradient term by the
-                truncated importance ratio min(pi_old / pi_rollout, rollout_is_cap) of the
-                learner's old log-prob to vLLM's (docs/scaling.md §5); corrects the rollout/learner
-                mismatch and, with async_rollout, the one step of staleness. None: off.
-                Either way `rollout_logp_abs_diff` (mean and max) is reported.
-            rollout_is_cap: C of the truncated importance weight (>= 1). Default 2.0.
+            rollout_correction: Weight each token's policy-gradient term by the importance
+                ratio rho = pi_old / pi_rollout of the learner's old log-prob to vLLM's
+                (docs/scaling.md §5; `core_algos.rollout_correction_weights`): "tis" min(rho,
+                rollout_is_cap) per token, "seq_tis" the same of the sequence's product of
+                ratios; or drop what leaves `rollout_mask_band`: "token_mask" tokens,
+                "seq_mask" sequences by their product of ratios, "geo_mask" sequences by its
+                geometric mean. Corrects the rollout/learner mismatch and, with async_rollout,
+                the one step of staleness. None (default): off. Either way
+                `rollout_logp_abs_diff` (mean and max) is reported.
+            rollout_is_cap: C of the truncating corrections (>= 1). Default 2.0.
+            rollout_mask_band: (low, high), 0 < low < high, of the masking corrections. None:
+                (0.5, 2.0) for "token_mask" and "seq_mask", (0.999, 1.001) for "geo_mask".
             async_rollout: Generate the next batch with the current weights while the
                 learner updates on this one (one-step off-policy, as verl's recipe): each
                 batch is one update stale; a step takes about max(generation, update) instead
                 of their sum. Needs env runner actors (num_env_runners >= 1).
             policy_loss: Policy loss, by name in `core_algos`' registry: "ppo_clip" (PPO's
-                clipped ratio with the decoupled bounds below; DAPO, GRPO), a name
-                registered with `core_algos.register_policy_loss`, or "module:function".
+                clipped ratio with the decoupled bounds below; DAPO, GRPO), "gspo" (the
+                sequence ratio; needs loss_agg_mode "seq-mean-token-mean"), "gspo_token"
+                (GSPO with per-token advantages), "cispo" (a clipped weight on a REINFORCE
+                term), a name registered with `core_algos.register_policy_loss`, or
+                "module:function".
             adv_estimator: Advantage estimator, by name in `core_algos`' registry: "grpo"
-                (group-normalised: GRPO, DAPO), "dr_grpo" (group-centred only: Dr. GRPO), a
-                name registered with `core_algos.register_adv_estimator`, or "module:function".
-            clip_eps_low, clip_eps_high: Decoupled clip range (Clip-Higher). Reference
-                0.2 and 0.28.
+                (group-normalised: GRPO, DAPO), "dr_grpo" (group-centred only: Dr. GRPO),
+                "rloo" (leave-one-out baseline), "reinforce_plus_plus" (batch-normalised),
+                "reinforce_plus_plus_baseline" (group-centred, then batch-normalised), "opo"
+                (length-weighted group baseline), a name registered with
+                `core_algos.register_adv_estimator`, or "module:function".
+            clip_eps_low, clip_eps_high: Decoupled clip range [1 - low, 1 + high] (Clip-Higher).
+                Reference 0.2 and 0.28. With "cispo" the range of the weight, and low may be 1
+                (no lower bound).
             clip_ratio_c: Dual-clip bound for negative advantages (> 1), None = off.
-                Reference 10.
+                Reference 10. Only "ppo_clip" has a dual clip: with another policy loss it
+                must be None.
             loss_agg_mode: "token-mean" (DAPO), "seq-mean-token-mean" (GRPO),
                 "seq-mean-token-sum", "seq-mean-token-sum-norm" (Dr. GRPO).
             kl_coef: Weight of a KL penalty to the initial policy. DAPO: 0 (no reference
@@ -485,6 +510,29 @@ class DAPOConfig(AlgorithmConfig):
         current ones, and the learner takes them from its own forward pass (ratio 1)."""
         return self.num_epochs > 1 or self.minibatch_size_prompts < self.train_batch_size_prompts
 
+    def _validate_policy_loss_settings(self, need) -> None:
+        """The clip settings, checked against the policy loss's registered traits."""
+        traits = core_algos.policy_loss_traits(self.policy_loss) if isinstance(self.policy_loss, str) else {}
+        agg_modes = traits.get("loss_agg_modes", core_algos.LOSS_AGG_MODES)
+        need(
+            self.loss_agg_mode in agg_modes,
+            f"loss_agg_mode={self.loss_agg_mode!r} is not defined for policy_loss={self.policy_loss!r}; "
+            f"expected one of {agg_modes}",
+        )
+        if traits.get("clip_eps_low_may_be_1", False):  # the clip bounds a weight, which may reach 0
+            need(0 <= self.clip_eps_low <= 1, f"clip_eps_low={self.clip_eps_low} must be in [0, 1] (1: no lower bound)")
+        else:
+            need(0 <= self.clip_eps_low < 1, f"clip_eps_low={self.clip_eps_low} must be in [0, 1)")
+        need(self.clip_eps_high >= 0, f"clip_eps_high={self.clip_eps_high} must be >= 0")
+        need(
+            self.clip_ratio_c is None or self.clip_ratio_c > 1,
+            f"clip_ratio_c={self.clip_ratio_c} must be > 1 (or None to turn dual clip off)",
+        )
+        need(
+            self.clip_ratio_c is None or traits.get("dual_clip", True),
+            f"clip_ratio_c={self.clip_ratio_c}: policy_loss={self.policy_loss!r} has no dual clip; set clip_ratio_c=None",
+        )
+
     @override(AlgorithmConfig)
     def validate(self) -> None:
         """RLlib's checks, then DAPO's: each bad setting raises naming it. Changes nothing."""
@@ -511,12 +559,7 @@ class DAPOConfig(AlgorithmConfig):
             self.loss_agg_mode in core_algos.LOSS_AGG_MODES,
             f"loss_agg_mode={self.loss_agg_mode!r}; expected one of {core_algos.LOSS_AGG_MODES}",
         )
-        need(0 <= self.clip_eps_low < 1, f"clip_eps_low={self.clip_eps_low} must be in [0, 1)")
-        need(self.clip_eps_high >= 0, f"clip_eps_high={self.clip_eps_high} must be >= 0")
-        need(
-            self.clip_ratio_c is None or self.clip_ratio_c > 1,
-            f"clip_ratio_c={self.clip_ratio_c} must be > 1 (or None to turn dual clip off)",
-        )
+        self._validate_policy_loss_settings(need)
         need(self.group_size >= 2, f"group_size={self.group_size} must be >= 2: a group of one has zero advantage")
         for name in (
             "train_batch_size_prompts",
@@ -540,6 +583,14 @@ class DAPOConfig(AlgorithmConfig):
         need(
             self.filter_metric in FILTER_METRICS,
             f"filter_metric={self.filter_metric!r}; expected one of {sorted(FILTER_METRICS)}",
+        )
+        need(
+            self.filter_band is None or (len(self.filter_band) == 2 and self.filter_band[0] < self.filter_band[1]),
+            f"filter_band={self.filter_band!r} must be (low, high) with low < high, or None",
+        )
+        need(
+            isinstance(self.filter_min_std, (int, float)) and self.filter_min_std >= 0,
+            f"filter_min_std={self.filter_min_std!r} must be >= 0",
         )
         need(
             0 <= self.overlong_buffer_len <= self.max_response_length,
@@ -648,6 +699,11 @@ class DAPOConfig(AlgorithmConfig):
         need(
             isinstance(self.rollout_is_cap, (int, float)) and self.rollout_is_cap >= 1,
             f"rollout_is_cap={self.rollout_is_cap!r} must be >= 1 (an importance weight cap)",
+        )
+        need(
+            self.rollout_mask_band is None
+            or (len(self.rollout_mask_band) == 2 and 0 < self.rollout_mask_band[0] < self.rollout_mask_band[1]),
+            f"rollout_mask_band={self.rollout_mask_band!r} must be (low, high) with 0 < low < high, or None",
         )
         need(
             # (An evaluation config has the evaluation runner count there; it does not train.)

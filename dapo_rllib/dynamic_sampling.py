@@ -60,7 +60,9 @@ class GroupSampler:
             if not cfg.dynamic_sampling:
                 kept.extend(groups)
                 break
-            kept.extend(informative_groups(groups, FILTER_METRICS[cfg.filter_metric]))
+            kept.extend(
+                informative_groups(groups, FILTER_METRICS[cfg.filter_metric], cfg.filter_band, cfg.filter_min_std)
+            )
             scored = sum(len(g) for g in groups)
             print(
                 f"[DAPO] generation round {rounds}: {scored} samples scored, "
@@ -205,12 +207,15 @@ def without_broken_tasks(groups: list[list]) -> list[list]:
     return healthy
 
 
-def informative_groups(groups: list[list], metric_key: str) -> list[list]:
-    """Groups whose metric varies (or single-member groups), via core_algos.filter_groups."""
+def informative_groups(
+    groups: list[list], metric_key: str, band: tuple[float, float] | None = None, min_std: float = 0.0
+) -> list[list]:
+    """Groups whose metric varies (or single-member groups), inside `band` and with at least
+    `min_std` if given, via core_algos.filter_groups."""
     if not groups:
         return []
     values = torch.tensor([float(episode_value(ep, metric_key)) for g in groups for ep in g], dtype=torch.float64)
     ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
-    keep = core_algos.filter_groups(values, ids)
+    keep = core_algos.filter_groups(values, ids, band=band, min_std=min_std)
     first = np.cumsum([0] + [len(g) for g in groups[:-1]])
     return [g for g, start in zip(groups, first) if bool(keep[start])]

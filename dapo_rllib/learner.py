@@ -167,7 +167,12 @@ class DAPOTorchLearner(TorchLearner):
         rollout_metrics = {} if rollout_logp is None else core_algos.rollout_mismatch(old_logp, rollout_logp, mask)
         weights, correction_metrics = (
             core_algos.rollout_correction_weights(
-                old_logp, rollout_logp, mask, mode=config.rollout_correction, cap=config.rollout_is_cap
+                old_logp,
+                rollout_logp,
+                mask,
+                mode=config.rollout_correction,
+                cap=config.rollout_is_cap,
+                band=config.rollout_mask_band,
             )
             if rollout_logp is not None
             else (None, {})

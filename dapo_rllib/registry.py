@@ -1,4 +1,5 @@
-"""Registers DAPO with Ray Tune and the environments with RLlib's env registry.
+"""Registers DAPO and its neighbours (`dapo_rllib.algorithms`) with Ray Tune, and the environments
+with RLlib's env registry.
 
 Environments are plug-ins: a package declares each under the entry-point group
 `dapo_rllib.environments` (name = "module:Class"; this project's own in pyproject.toml), and
@@ -13,7 +14,6 @@ from importlib.metadata import EntryPoint, entry_points
 
 from ray.tune.registry import register_env, register_trainable
 
-ALGORITHM = "DAPO"
 ENVIRONMENTS_GROUP = "dapo_rllib.environments"
 MATH_ENV = "dapo_math"  # envs.math_env.MathEnv, DAPOConfig's default environment
 CODE_ENV = "dapo_code"  # envs.code_env.CodeEnv
@@ -26,8 +26,9 @@ def _make_env(entry_point: str, env_context):
 
 
 def register_all() -> None:
-    from dapo_rllib.dapo import DAPO
+    from dapo_rllib.algorithms import ALGORITHMS
 
-    register_trainable(ALGORITHM, DAPO)
+    for name, algorithm in ALGORITHMS.items():
+        register_trainable(name, algorithm)
     for entry in entry_points(group=ENVIRONMENTS_GROUP):
         register_env(entry.name, partial(_make_env, entry.value))

@@ -33,7 +33,7 @@ from ray.tune.result import TRAINING_ITERATION, TRIAL_ID
 from ray.tune.search.sample import Domain
 from ray.tune.utils import flatten_dict
 
-from dapo_rllib.checkpoints import check_checkpoint_algorithm
+from dapo_rllib.checkpoints import check_checkpoint_algorithm, refuse_another_algorithms_checkpoint
 from dapo_rllib.columns import Metrics
 from dapo_rllib.progress import IterationSummary, lookup, summary_line
 from dapo_rllib.tables import format_table
@@ -296,7 +296,7 @@ def _train_in_process(
     config = config.copy(copy_frozen=False)
     if _is_dapo(config):
         config.reporting(tensorboard_dir=str(run_dir))
-    print(f"building {config.algo_class.__name__} ...", flush=True)
+    print(f"building {getattr(config.algo_class, 'NAME', config.algo_class.__name__)} ...", flush=True)
     algo = config.build_algo()
     if opts.restore:
         _restore(algo, opts.restore)
@@ -353,9 +353,11 @@ def _stop_reached(result: dict, stop: dict[str, float]) -> bool:
 
 
 def _check_restore(checkpoint: str, algo_class: Any) -> None:
-    """Refuse a checkpoint that is not one of `algo_class` (the run's algorithm) or not a checkpoint."""
+    """Refuse a checkpoint that is not one of `algo_class` (the run's algorithm; for the DAPO
+    family, written by that very algorithm) or not a checkpoint."""
     if isinstance(algo_class, type):
         check_checkpoint_algorithm(checkpoint, algo_class, f"resuming a {algo_class.__name__} run (--restore)")
+        refuse_another_algorithms_checkpoint(checkpoint, algo_class)
 
 
 def _restore(algorithm, checkpoint: str) -> None:

@@ -445,8 +445,8 @@ def restore_registries():
 
 
 def test_builtin_names():
-    assert policy_losses() == ("ppo_clip",)
-    assert adv_estimators() == ("grpo", "dr_grpo")
+    assert policy_losses() == ("ppo_clip", "gspo_token", "gspo", "cispo")
+    assert adv_estimators() == ("grpo", "dr_grpo", "rloo", "opo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
     assert policy_loss_fn("ppo_clip") is compute_policy_loss
     assert adv_estimator_fn("grpo") is compute_group_advantages
 
@@ -489,7 +489,7 @@ def test_adv_estimators_by_name():
 
 @pytest.mark.parametrize(
     ("lookup", "listing", "bad"),
-    [(policy_loss_fn, policy_losses, "ppo"), (adv_estimator_fn, adv_estimators, "rloo")],
+    [(policy_loss_fn, policy_losses, "ppo"), (adv_estimator_fn, adv_estimators, "remax")],
 )
 def test_unknown_name_lists_valid_names(lookup, listing, bad):
     with pytest.raises(ValueError) as err:
@@ -797,7 +797,7 @@ def test_truncated_importance_weights_by_hand():
 def test_no_correction_and_bad_settings():
     x = torch.zeros(1, 2)
     assert core_algos.rollout_correction_weights(x, x, torch.ones(1, 2), mode=None) == (None, {})
-    with pytest.raises(ValueError, match=r"rollout_correction='is'; expected one of \(None, 'tis'\)"):
+    with pytest.raises(ValueError, match=r"rollout_correction='is'; expected one of \(None, 'tis', 'seq_tis'"):
         core_algos.rollout_correction_weights(x, x, torch.ones(1, 2), mode="is")
     with pytest.raises(ValueError, match="rollout_is_cap must be >= 1, got 0.5"):
         core_algos.rollout_correction_weights(x, x, torch.ones(1, 2), cap=0.5)

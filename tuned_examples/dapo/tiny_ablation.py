@@ -21,56 +21,20 @@ The warm start imitates three ways of answering: the scratchpad "47+5=52", the s
 
 import argparse
 
-import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_math")
-from dapo_rllib.ablation import ablation_search_space, write_report
-from dapo_rllib.dapo import DAPOConfig
-from dapo_rllib.data.scratchpad_sums import SUMS_DATA_SOURCE, ensure_sum_datasets
-from dapo_rllib.tiny_model import default_tiny_model_path, ensure_tiny_model
+import dapo_rllib  # noqa: F401  (registers the algorithms and "dapo_math")
+from dapo_rllib.ablation import (
+    METRIC,
+    SEEDS,
+    SOFT_OVERLONG_BUFFER,
+    TARGET,
+    ablation_search_space,
+    sums_task_config,
+    write_report,
+)
+from dapo_rllib.comparison_grid import print_report
 from dapo_rllib.train import TrainOptions, add_train_options, train
 
-SEEDS = 3
-EVAL_SAMPLES = 4
-MAX_RESPONSE_LENGTH = 64
-SOFT_OVERLONG_BUFFER = 16  # L_cache: the last quarter of the response limit
-# Fixed before the ablation ran, from the warm-started model's held-out avg@4 of 0.34 alone:
-# a stage "reaches the target" when it gets to 0.55.
-TARGET = 0.55
-METRIC = f"evaluation/{SUMS_DATA_SOURCE}/avg@{EVAL_SAMPLES}"
-
-model = ensure_tiny_model(task="sums")
-train_file, test_file = ensure_sum_datasets(
-    default_tiny_model_path("sums").with_name("scratchpad-sums-data"), train_problems=2400, test_problems=120
-)
-
-base = (
-    DAPOConfig()
-    .environment("dapo_math", env_config={"dataset": str(train_file)})
-    # 120 held-out problems (20 of each length), 4 samples each, before training and every
-    # 5 iterations.
-    .evaluation(evaluation_interval=5, eval_dataset=str(test_file), eval_num_samples=EVAL_SAMPLES)
-    # One CPU per trial: no env runner actor, the local one samples in the trial's process.
-    .env_runners(num_env_runners=0)
-    .resources(num_cpus_for_main_process=1)
-    .training(
-        model_path=str(model),
-        group_size=8,
-        train_batch_size_prompts=16,
-        # Dynamic sampling draws rounds of 24 prompts until 16 groups are informative (at most
-        # 4 rounds, then it trains on what it has); the other stages take one round of 16.
-        gen_batch_size_prompts=24,
-        max_num_gen_batches=4,
-        train_on_partial_batch=True,
-        # 4 optimizer steps per training step: later mini-batches are off-policy enough for
-        # the clip range to matter.
-        minibatch_size_prompts=4,
-        max_prompt_length=64,
-        max_response_length=MAX_RESPONSE_LENGTH,
-        lr=1e-4,
-        lr_warmup_steps=3,
-        weight_decay=0.0,
-    )
-)
-
+base = sums_task_config()
 config = ablation_search_space(base, seeds=SEEDS, soft_overlong_buffer=SOFT_OVERLONG_BUFFER)
 stop = {"training_iteration": 40}
 
@@ -78,10 +42,7 @@ stop = {"training_iteration": 40}
 def after_run(outcomes, run_dir) -> None:
     """ablation.md and ablation.png from the trials of this run."""
     markdown, png, missing = write_report([o.logdir for o in outcomes], run_dir, metric=METRIC, target=TARGET)
-    print(markdown.read_text())
-    print(f"ablation table: {markdown}\nablation plot:  {png}")
-    if missing:
-        raise SystemExit(f"{len(missing)} trial(s) have no validation results (failed?): {', '.join(missing)}")
+    print_report(markdown, png, missing, "ablation")
 
 
 if __name__ == "__main__":
