@@ -356,8 +356,8 @@ def _check_restore(checkpoint: str, algo_class: Any) -> None:
     """Refuse a checkpoint that is not one of `algo_class` (the run's algorithm; for the DAPO
     family, written by that very algorithm) or not a checkpoint."""
     if isinstance(algo_class, type):
-        check_checkpoint_algorithm(checkpoint, algo_class, f"resuming a {algo_class.__name__} run (--restore)")
         refuse_another_algorithms_checkpoint(checkpoint, algo_class)
+        check_checkpoint_algorithm(checkpoint, algo_class, f"resuming a {algo_class.__name__} run (--restore)")
 
 
 def _restore(algorithm, checkpoint: str) -> None:

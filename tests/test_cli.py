@@ -240,6 +240,7 @@ config = (
         train_batch_size_prompts=4,
         gen_batch_size_prompts=4,
         minibatch_size_prompts=2,
+        max_prompt_length=128,
         max_response_length=16,
         lr_warmup_steps=0,
     )

@@ -30,8 +30,8 @@ NOISE_GRAD = 1e-5  # times the gradient norm
 LOSS_RTOL = 1e-4
 
 
-def assert_same_step(result, reference):
-    assert result[Metrics.POLICY_LOSS] == pytest.approx(reference[Metrics.POLICY_LOSS], rel=LOSS_RTOL, abs=1e-7)
+def assert_same_step(result, reference, loss_atol=1e-7):
+    assert result[Metrics.POLICY_LOSS] == pytest.approx(reference[Metrics.POLICY_LOSS], rel=LOSS_RTOL, abs=loss_atol)
     assert result[Metrics.GRAD_NORM] == pytest.approx(reference[Metrics.GRAD_NORM], rel=1e-5)
     noise = NOISE_GRAD * reference[Metrics.GRAD_NORM]
     for name, grad in reference["grads"].items():
@@ -104,7 +104,10 @@ def test_the_family_losses_and_corrections_are_exact_in_micro_batches(tiny_model
         build_learner(str(tiny_model_path), max_tokens_per_micro_batch=16, **FAMILY_SETTINGS[name]), sampled_batch
     )
     assert result[Metrics.MICRO_BATCHES] >= 8 and reference[Metrics.MICRO_BATCHES] == 1
-    assert_same_step(result, reference)
+    # Weighted or dropped terms cancel further: the net loss is ~1e-3 of the terms' size, so their
+    # float32 rounding (as above) reaches ~2e-7 of it (seq_tis: 2.0e-7 measured). A wrong
+    # denominator or a dropped piece moves the loss by a factor.
+    assert_same_step(result, reference, loss_atol=1e-6)
     # Not DAPO's step under another name: the loss differs from the default's on the same batch.
     assert reference[Metrics.POLICY_LOSS] != pytest.approx(whole["token-mean"][Metrics.POLICY_LOSS], rel=1e-3)
 
