@@ -33,7 +33,7 @@ def arms_search_space(
     The arm is one grid axis (the config attribute `key` holds its name); each of its settings
     follows it through `tune.sample_from`, so the grid has len(arms) x seeds trials, not a cross
     product of settings. Every arm must set the same keys. The seed also picks the training
-    problems' draw order.
+    problems' draw order. (Tune passes a `sample_from` function the trial's config dict.)
     """
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds={seeds!r} must be a positive integer")
@@ -44,9 +44,9 @@ def arms_search_space(
     config = config.copy(copy_frozen=False)
     setattr(config, key, tune.grid_search(list(arms)))
     for setting in next(iter(arms.values())):
-        setattr(config, setting, tune.sample_from(lambda spec, s=setting: arms[spec.config[key]][s]))
+        setattr(config, setting, tune.sample_from(lambda trial, s=setting: arms[trial[key]][s]))
     config.seed = tune.grid_search(list(range(seeds)))
-    config.env_config = dict(config.env_config) | {"seed": tune.sample_from(lambda spec: spec.config.seed)}
+    config.env_config = dict(config.env_config) | {"seed": tune.sample_from(lambda trial: trial["seed"])}
     return config
 
 
