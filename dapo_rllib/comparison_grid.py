@@ -235,7 +235,7 @@ def plot(trials: list[TrialCurves], out: Path, *, arms: Sequence[str], metric: s
         (axes[1, 1], "truncated fraction", "training iteration", lambda t: t.series[TRUNCATION]),
         (axes[1, 2], "completions sampled", "training iteration", lambda t: sorted(t.samples.items())),
     ]
-    for ax, title, xlabel, points in panels:
+    for ax, panel_title, xlabel, points in panels:
         for name in arms:
             mine = [t for t in trials if t.arm == name]
             if not mine:
@@ -249,9 +249,9 @@ def plot(trials: list[TrialCurves], out: Path, *, arms: Sequence[str], metric: s
             line = ax.plot(xs, ys, label=f"{name} ({len(mine)} seeds)", marker="." if len(xs) < 25 else None)[0]
             if len(mine) > 1:
                 ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15)
-        if title.startswith("held-out"):
+        if panel_title.startswith("held-out"):
             ax.axhline(target, color="grey", linestyle=":", linewidth=1)
-        ax.set_title(title)
+        ax.set_title(panel_title)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
