@@ -71,12 +71,13 @@ def refuse_another_algorithms_checkpoint(path, cls: type) -> None:
     """Refuse to restore as `cls`, one of the DAPO family (`dapo_rllib.algorithms`: the classes
     with a `NAME`), a checkpoint another of them wrote (a GSPO checkpoint as DAPO, ...): its
     settings would silently become the other's. Anything else (a path that is not an algorithm
-    checkpoint, `Algorithm` itself) it leaves to RLlib."""
+    checkpoint, another library's algorithm, `Algorithm` itself) it leaves to
+    `check_checkpoint_algorithm` and RLlib."""
     name = getattr(cls, "NAME", None)
     if name is None or not isinstance(path, (str, os.PathLike)) or not is_checkpoint(path):
         return
     found = checkpoint_algorithm(path)
-    if getattr(found, "NAME", None) != name:
+    if getattr(found, "NAME", name) != name:
         raise ValueError(
             f"{str(path)!r} is a checkpoint of {getattr(found, 'NAME', found.__name__)} ({found.__module__}."
             f"{found.__name__}); it cannot be restored as {name}: restore it with {found.__name__}.from_checkpoint "
