@@ -294,12 +294,17 @@ def bare_step_s(
 
 def bare_model(workload: Workload, model_path: Path):
     """The model `bare_step_s` trains: the workload's dtype (float32 under autocast for full
-    fine-tuning in bfloat16), LoRA and gradient checkpointing, with no RLlib around it."""
+    fine-tuning in bfloat16), LoRA, gradient checkpointing and the learner's attention kernel,
+    with no RLlib around it."""
     from transformers import AutoModelForCausalLM
 
     dtype = getattr(torch, workload.dtype)
     autocast = workload.lora_rank is None and dtype != torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if autocast else dtype)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path,
+        dtype=torch.float32 if autocast else dtype,
+        attn_implementation=config_for(workload, model_path).learner_attn_implementation,
+    )
     if workload.lora_rank is not None:
         from peft import LoraConfig, get_peft_model
 

@@ -65,6 +65,7 @@ class Columns:
     LOGP = "logp"  # forward output: log-prob of each sampled response token
     ENTROPY = "entropy"  # forward output: policy entropy at each response position
     ROLLOUT_LOGP = "rollout_logp"  # vLLM's log-probs of the sampled tokens (0 on the environment's), right-padded
+    COV_SELECTED = "cov_selected"  # Clip-Cov / KL-Cov: the tokens the mini-batch's covariance selected (learner-made)
 
 
 class Metrics:
@@ -131,6 +132,7 @@ class Metrics:
     PG_CLIPFRAC_HIGH = "pg_clipfrac_high"
     PG_CLIPFRAC_DUAL = "pg_clipfrac_dual"
     RATIO_MEAN = "ratio_mean"
+    COV_SELECTED_FRACTION = "cov_selected_fraction"  # Clip-Cov / KL-Cov: loss tokens selected by covariance
     GRAD_NORM = "grad_norm"
     GRAD_STEPS_SKIPPED = "grad_steps_skipped"
     LR = "lr"

@@ -43,6 +43,7 @@ class DAPOTorchLearner(TorchLearner):
     def build(self) -> None:
         super().build()
         self._num_training_steps = 0
+        self._minibatch_index = 0
         self._ref_models = {}
         if self.config.kl_coef > 0 and self.config.lora_settings is None:
             # A frozen copy of the initial policy for the KL term (with LoRA the base model is
@@ -71,6 +72,7 @@ class DAPOTorchLearner(TorchLearner):
     @override(TorchLearner)
     def before_gradient_based_update(self, *, timesteps):
         super().before_gradient_based_update(timesteps=timesteps)
+        self._minibatch_index = 0  # of this training step's optimizer steps (seeds Clip-Cov's draw)
         for module_id in self.module.keys():
             lr = self.scheduled_lr(self.config.get_config_for_module(module_id))
             for _, optimizer in self.get_optimizers_for_module(module_id):
@@ -100,6 +102,7 @@ class DAPOTorchLearner(TorchLearner):
             module_id: self._accumulate_gradients(module_id, module_batch) for module_id, module_batch in batch.items()
         }
         self.optimizer_step(list(batch))
+        self._minibatch_index += 1
         return {}, losses, {}
 
     def _accumulate_gradients(self, module_id, batch: dict) -> torch.Tensor:
@@ -109,6 +112,8 @@ class DAPOTorchLearner(TorchLearner):
         mask = batch[Columns.LOSS_MASK]
         # The denominators of the whole mini-batch (docs/algorithm.md §2.3: a token mean, not a mean of means).
         counts = tuple(self.all_reduce(n).clamp_min(1) for n in (mask.sum(), (mask.sum(-1) > 0).sum().float()))
+        if config.covariance_selection is not None:  # before the cut: a selection of the whole mini-batch
+            batch = batch | {Columns.COV_SELECTED: self.covariance_selection(config, batch)}
         plan = plan_for_batch(batch, config.micro_batch_token_budget)
         sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         maxima: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
@@ -178,6 +183,12 @@ class DAPOTorchLearner(TorchLearner):
             else (None, {})
         )
         advantages = batch[Columns.ADVANTAGES] if weights is None else batch[Columns.ADVANTAGES] * weights
+        extras = {}
+        if config.covariance_selection is not None:  # Clip-Cov / KL-Cov
+            selected = batch.get(Columns.COV_SELECTED)
+            if selected is None:  # a mini-batch in one piece (RLlib's compute_loss_for_module)
+                selected = self.covariance_selection(config, batch)
+            extras = {"selected": selected, "kl_cov_coef": config.kl_cov_coef}
         loss, metrics = core_algos.policy_loss_fn(config.policy_loss)(
             logp,
             old_logp,
@@ -190,6 +201,7 @@ class DAPOTorchLearner(TorchLearner):
             num_tokens=num_tokens,
             num_seqs=num_seqs,
             loss_scale_factor=config.max_response_length,
+            **extras,
         )
         metrics |= rollout_metrics | correction_metrics
         metrics[Metrics.POLICY_LOSS] = loss.detach()
@@ -210,6 +222,35 @@ class DAPOTorchLearner(TorchLearner):
         metrics[Metrics.MEAN_TOKEN_PROB] = core_algos.masked_mean(logp.detach().exp(), mask)
         return loss, metrics
 
+    def covariance_selection(self, config, batch: dict) -> torch.Tensor:
+        """Clip-Cov's / KL-Cov's tokens (`core_algos.covariance_token_selection`) of the mini-batch
+        `batch` is this learner's share of: the covariance's means, the top-k and the random draw
+        run over every learner's loss tokens (gathered in rank order), so the selection is the
+        same in micro-batches and on any number of learners. The log-probs are the old policy's
+        where recomputed, else the sampler's (one optimizer step per batch: the old policy is the
+        sampling one, up to the rollout mismatch). The draw is seeded by the config's seed, the
+        training step and the mini-batch, so a resumed run draws the same tokens."""
+        mask = batch[Columns.LOSS_MASK].bool()
+        column = Columns.OLD_LOGP if config.recomputes_old_logp else Columns.ROLLOUT_LOGP
+        if column not in batch:
+            raise ValueError(
+                f"policy_loss={config.policy_loss!r} selects tokens by the covariance of their advantages and "
+                f"log-probs before the forward pass: the batch has no {column!r} column"
+            )
+        advantages, offset = self.all_gather_tokens(batch[Columns.ADVANTAGES][mask].float())
+        log_probs, _ = self.all_gather_tokens(batch[column][mask].float())
+        seed = hash((config.seed or 0, self._num_training_steps, self._minibatch_index)) % 2**63
+        chosen = core_algos.covariance_token_selection(
+            advantages,
+            log_probs,
+            torch.ones_like(advantages, dtype=torch.bool),
+            generator=torch.Generator(device=advantages.device).manual_seed(seed),
+            **config.covariance_selection,
+        )
+        selected = torch.zeros_like(mask)
+        selected[mask] = chosen[offset : offset + int(mask.sum())]
+        return selected
+
     @override(TorchLearner)
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         """RLlib's hook: the loss of `batch` in one piece (DAPO's update calls `micro_batch_loss`)."""
@@ -228,6 +269,19 @@ class DAPOTorchLearner(TorchLearner):
         value = value.clone()
         torch.distributed.all_reduce(value, op=op)
         return value
+
+    def all_gather_tokens(self, values: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The 1-D `values` of every data-parallel learner, concatenated in rank order (their
+        lengths may differ), and where this learner's start."""
+        if self.world_size() == 1:
+            return values, 0
+        lengths = [torch.zeros((), dtype=torch.long) for _ in range(self.world_size())]
+        torch.distributed.all_gather(lengths, torch.tensor(len(values)))
+        longest = int(max(lengths))
+        padded = [values.new_zeros(longest) for _ in lengths]
+        torch.distributed.all_gather(padded, torch.cat([values, values.new_zeros(longest - len(values))]))
+        rank = torch.distributed.get_rank()
+        return torch.cat([p[: int(n)] for p, n in zip(padded, lengths)]), int(sum(lengths[:rank]))
 
     def num_forward_passes(self, num_micro_batches: int) -> int:
         """Forward/backward passes this learner runs for its `num_micro_batches`. Plain torch

@@ -29,8 +29,9 @@ from dapo_rllib.lora import apply_lora
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_causal_lm(model_path: str | Path, dtype: str = "float32"):
-    """Load a Hugging Face causal LM from a local directory, with a clear error if it is not one."""
+def load_causal_lm(model_path: str | Path, dtype: str = "float32", attn_implementation: str | None = None):
+    """Load a Hugging Face causal LM from a local directory, with a clear error if it is not one.
+    `attn_implementation`: the attention kernel (None: transformers' default)."""
     from transformers import AutoModelForCausalLM
 
     path = Path(model_path)
@@ -42,12 +43,13 @@ def load_causal_lm(model_path: str | Path, dtype: str = "float32"):
         )
     if dtype not in _DTYPES:
         raise ValueError(f"model dtype={dtype!r} is not supported; expected one of {sorted(_DTYPES)}")
-    return AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
+    return AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype], attn_implementation=attn_implementation)
 
 
 class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
     """Wraps `AutoModelForCausalLM`; `model_config` carries `model_path`, `dtype`, `temperature`,
-    `gradient_checkpointing` and `lora` (the adapter settings, or None: every weight trains).
+    `gradient_checkpointing`, `attn_implementation` (None: transformers' default) and `lora` (the
+    adapter settings, or None: every weight trains).
 
     `temperature` is the rollout sampling temperature: log-probabilities are those of the
     distribution vLLM sampled from, softmax(logits / temperature).
@@ -61,7 +63,11 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
         # (autocast); with LoRA the frozen base is held in `dtype` and PEFT keeps the adapters in
         # float32. (DeepSpeed's bf16 mode casts the model itself and keeps float32 master weights.)
         self.compute_dtype = _DTYPES[dtype] if dtype != "float32" and self.lora is None else None
-        self.model = load_causal_lm(self.model_config["model_path"], "float32" if self.compute_dtype else dtype)
+        self.model = load_causal_lm(
+            self.model_config["model_path"],
+            "float32" if self.compute_dtype else dtype,
+            self.model_config.get("attn_implementation"),
+        )
         if self.lora is not None:  # adapters on a frozen base (dapo_rllib.lora)
             self.model = apply_lora(self.model, self.lora)
         self.temperature = float(self.model_config.get("temperature", 1.0))

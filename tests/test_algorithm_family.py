@@ -1,5 +1,5 @@
-"""The GRPO family's math in core_algos (GSPO, CISPO, RLOO, OPO, REINFORCE++, the rollout
-corrections, the dynamic-sampling filters) against values worked out by hand.
+"""The GRPO family's math in core_algos (GSPO, CISPO, Clip-Cov, KL-Cov, RLOO, OPO, REINFORCE++,
+the rollout corrections, the dynamic-sampling filters) against values worked out by hand.
 
 Every expected number is a literal with its arithmetic in a comment, never the function under
 test run again.
@@ -131,6 +131,110 @@ def test_cispo_without_a_lower_bound_and_the_clip_range_checks():
         policy_loss_fn("cispo")(log_probs, log_probs, t([[1.0]]), t([[1]]), clip_eps_low=1.5, clip_eps_high=4.0)
     with pytest.raises(ValueError, match=r"clip_eps_low must be in \[0, 1\), got 1.0"):
         policy_loss_fn("gspo_token")(log_probs, log_probs, t([[1.0]]), t([[1]]), clip_eps_low=1.0, clip_eps_high=0.1)
+
+
+# --------------------------------------------------------------------------
+# Clip-Cov and KL-Cov
+# --------------------------------------------------------------------------
+
+# Five loss tokens (row 0's third position is padding, its values must not count):
+# mean A = (2 + 2 - 1 - 1 - 1) / 5 = 0.2; mean log pi = (-1 - 3 - 2 - 2 - 7) / 5 = -3.
+# cov = (A - 0.2)(log pi + 3): row 0: 1.8 x 2 = 3.6, 1.8 x 0 = 0; row 1: -1.2 x 1 = -1.2 (twice),
+# -1.2 x -4 = 4.8.
+COV_A = [[2.0, 2.0, 9.0], [-1.0, -1.0, -1.0]]
+COV_LOGP = [[-1.0, -3.0, 7.0], [-2.0, -2.0, -7.0]]
+COV_MASK = t([[1, 1, 0], [1, 1, 1]])
+
+
+def select(**settings):
+    return core_algos.covariance_token_selection(t(COV_A), t(COV_LOGP), COV_MASK, **settings).tolist()
+
+
+def test_token_covariance_by_hand():
+    close(core_algos.token_covariance(t(COV_A), t(COV_LOGP), COV_MASK), [[3.6, 0.0, 0.0], [-1.2, -1.2, 4.8]])
+
+
+def test_kl_cov_selects_the_largest_covariances():
+    # k = max(1, int(0.4 x 5)) = 2: 4.8 and 3.6; int(0.1 x 5) = 0 -> k = 1: 4.8.
+    assert select(ratio=0.4) == [[True, False, False], [False, False, True]]
+    assert select(ratio=0.1) == [[False, False, False], [False, False, True]]
+    # k = 5: every loss token, never the padding (its covariance, 0, beats the two -1.2s).
+    assert select(ratio=1.0) == [[True, True, False], [True, True, True]]
+
+
+def test_clip_cov_draws_within_the_band_with_its_generator():
+    # Band (1, 5) holds 3.6 and 4.8; k = 5 > 2 candidates: both.
+    assert select(ratio=1.0, band=(1.0, 5.0)) == [[True, False, False], [False, False, True]]
+    # k = 1: one of the two, drawn; the same generator seed draws the same one.
+    draws = {
+        seed: select(ratio=0.2, band=(1.0, 5.0), generator=torch.Generator().manual_seed(seed)) for seed in range(8)
+    }
+    assert {str(d) for d in draws.values()} == {
+        str([[True, False, False], [False, False, False]]),
+        str([[False, False, False], [False, False, True]]),
+    }
+    assert select(ratio=0.2, band=(1.0, 5.0), generator=torch.Generator().manual_seed(3)) == draws[3]
+    # A band nothing falls in selects nothing; so does a batch without loss tokens.
+    assert not any(sum(select(ratio=1.0, band=(5.0, 9.0)), []))
+    empty = core_algos.covariance_token_selection(t(COV_A), t(COV_LOGP), COV_MASK * 0, ratio=0.5)
+    assert not empty.any()
+
+
+def test_covariance_selection_settings_are_checked():
+    with pytest.raises(ValueError, match=r"ratio must be in \(0, 1\], got 0.0"):
+        select(ratio=0.0)
+    with pytest.raises(ValueError, match=r"band \(lb, ub\) must have lb < ub, got \(5.0, 1.0\)"):
+        select(ratio=0.5, band=(5.0, 1.0))
+
+
+# Two sequences of two tokens: log r = [[0, ln 1.5], [0, 0]] -> r = [[1, 1.5], [1, 1]];
+# A = [[1, 1], [-1, -1]].
+COV_LOSS_LOGP = [[-1.0, -2.0], [-1.0, -3.0]]
+COV_LOSS_OLD = [[-1.0, -2.0 - math.log(1.5)], [-1.0, -3.0]]
+COV_LOSS_A = t([[1.0, 1.0], [-1.0, -1.0]])
+
+
+def test_clip_cov_drops_the_selected_tokens_from_the_clipped_loss():
+    log_probs = t(COV_LOSS_LOGP).requires_grad_()
+    selected = torch.tensor([[False, False], [True, False]])
+    loss, metrics = policy_loss_fn("clip_cov")(
+        log_probs,
+        t(COV_LOSS_OLD),
+        COV_LOSS_A,
+        t([[1, 1], [1, 1]]),
+        selected=selected,
+        clip_eps_low=0.2,
+        clip_eps_high=0.28,
+    )
+    loss.backward()
+    # Token losses: -1 x 1 = -1; max(-1.5, -1.28) = -1.28 (clipped); the selected one 0; -(-1) x 1 = 1.
+    # Token mean over all 4 (the selected token still counts): (-1 - 1.28 + 0 + 1) / 4 = -0.32.
+    close(loss, -0.32)
+    # d/d log pi = -A r / 4 where neither clipped nor selected: -0.25, 0, 0, 0.25.
+    close(log_probs.grad, [[-0.25, 0.0], [0.0, 0.25]])
+    close(metrics[Metrics.COV_SELECTED_FRACTION], 0.25)
+    close(metrics[Metrics.PG_CLIPFRAC_HIGH], 0.25)
+
+
+def test_kl_cov_adds_an_absolute_log_ratio_at_the_selected_tokens_and_never_clips():
+    log_probs = t(COV_LOSS_LOGP).requires_grad_()
+    selected = torch.tensor([[False, True], [True, False]])
+    loss, metrics = policy_loss_fn("kl_cov")(
+        log_probs, t(COV_LOSS_OLD), COV_LOSS_A, t([[1, 1], [1, 1]]), selected=selected, kl_cov_coef=0.5
+    )
+    loss.backward()
+    # -A r = [[-1, -1.5], [1, 1]] (r = 1.5 is not clipped); + 0.5 |ln 1.5| = 0.2027325540540822 at
+    # (0, 1) and 0.5 |0| at (1, 0): (-1 - 1.5 + 0.2027325540540822 + 1 + 1) / 4 = -0.07431686148647945.
+    close(loss, -0.07431686148647945)
+    # d/d log pi = (-A r + 0.5 sign(log r)) / 4: (0, 1): (-1.5 + 0.5) / 4 = -0.25; at (1, 0) log r = 0,
+    # where |.| has gradient 0: 1 / 4.
+    close(log_probs.grad, [[-0.25, -0.25], [0.25, 0.25]])
+    close(metrics[Metrics.COV_SELECTED_FRACTION], 0.5)
+    close(metrics[Metrics.PG_CLIPFRAC_HIGH], 0.0)
+    with pytest.raises(ValueError, match="kl_cov_coef must be >= 0, got -1"):
+        policy_loss_fn("kl_cov")(
+            log_probs, t(COV_LOSS_OLD), COV_LOSS_A, t([[1, 1], [1, 1]]), selected=selected, kl_cov_coef=-1
+        )
 
 
 # --------------------------------------------------------------------------

@@ -112,6 +112,22 @@ def test_an_unknown_algorithm_lists_the_registered_ones():
             r"filter_band=\(0.9, 0.1\) must be \(low, high\) with low < high",
         ),
         (DAPOConfig().training(filter_min_std=-1), "filter_min_std=-1 must be >= 0"),
+        (
+            DAPOConfig().training(policy_loss="clip_cov", clip_ratio_c=10.0),
+            "clip_ratio_c=10.0: policy_loss='clip_cov' has no dual clip",
+        ),
+        (
+            DAPOConfig().training(policy_loss="clip_cov", clip_ratio_c=None, clip_cov_ratio=0.0),
+            r"clip_cov_ratio=0.0 must be in \(0, 1\]: a fraction of the loss tokens",
+        ),
+        (
+            DAPOConfig().training(policy_loss="clip_cov", clip_ratio_c=None, clip_cov_lb=5.0, clip_cov_ub=1.0),
+            r"clip_cov_lb=5.0 must be < clip_cov_ub=1.0: the covariance band is \(lb, ub\)",
+        ),
+        (
+            DAPOConfig().training(policy_loss="kl_cov", clip_ratio_c=None, kl_cov_coef=-0.1),
+            "kl_cov_coef=-0.1 must be >= 0",
+        ),
     ],
 )
 def test_a_setting_that_contradicts_the_algorithm_is_a_clear_error(config, message):
@@ -122,6 +138,17 @@ def test_a_setting_that_contradicts_the_algorithm_is_a_clear_error(config, messa
 def test_cispo_may_drop_its_lower_bound_and_gspo_token_takes_a_token_mean():
     CISPOConfig().training(clip_eps_low=1.0).validate()
     GSPOConfig().training(policy_loss="gspo_token", loss_agg_mode="token-mean").validate()
+
+
+def test_clip_cov_and_kl_cov_take_their_own_selection_settings():
+    # The authors' Clip-Cov: clip bounds 1 and 1 (the weight-like range [0, 2]), ratio 2e-4, band (1, 5).
+    clip_cov = DAPOConfig().training(policy_loss="clip_cov", clip_ratio_c=None, clip_eps_low=1.0, clip_eps_high=1.0)
+    clip_cov.validate()
+    assert clip_cov.covariance_selection == {"ratio": 2e-4, "band": (1.0, 5.0)}
+    kl_cov = DAPOConfig().training(policy_loss="kl_cov", clip_ratio_c=None, kl_cov_ratio=2e-3)
+    kl_cov.validate()
+    assert kl_cov.covariance_selection == {"ratio": 2e-3}
+    assert DAPOConfig().covariance_selection is None
 
 
 def test_the_comparison_grid_is_one_trial_per_algorithm_and_seed_with_its_settings(tiny_model_path):

@@ -66,6 +66,10 @@ def test_training_sets_dapo_and_rllib_settings(model_dir):
         ({"policy_loss": "ppo"}, "policy_loss='ppo': unknown policy_loss 'ppo'; valid policy losses: ppo_clip"),
         ({"adv_estimator": "no_such_module:f"}, "adv_estimator='no_such_module:f': No module named 'no_such_module'"),
         ({"max_num_gen_batches": 0}, "max_num_gen_batches=0"),
+        (
+            {"attn_implementation": "flash"},
+            "attn_implementation='flash'; expected None [(]the device's default[)] or one of",
+        ),
         ({"max_turns": 0}, "max_turns=0 must be a positive integer"),
         ({"max_tool_response_tokens": 0}, "max_tool_response_tokens=0 must be a positive integer"),
         ({"tool_call_format": "json"}, "tool_call_format='json': tool_call_format must be one of [[]'hermes'[]]"),
@@ -145,6 +149,21 @@ def test_micro_batch_budget_default_depends_on_the_learners_device(model_dir):
     # A budget set is the budget, on either device.
     assert DAPOConfig().training(max_tokens_per_micro_batch=30000).micro_batch_token_budget == 30000
     assert on_gpus.copy().training(max_tokens_per_micro_batch=3000).micro_batch_token_budget == 3000
+
+
+def test_attention_kernel_default_depends_on_the_learners_device_dtype_and_sequence_length():
+    # CPU learners in bfloat16: eager attention up to 640 tokens (64 + 576), SDPA beyond (2048 + 20480).
+    bf16 = dict(model_dtype="bfloat16", max_prompt_length=64)
+    assert DAPOConfig().training(**bf16, max_response_length=576).learner_attn_implementation == "eager"
+    assert DAPOConfig().training(**bf16, max_response_length=577).learner_attn_implementation == "sdpa"
+    assert DAPOConfig().training(model_dtype="bfloat16").learner_attn_implementation == "sdpa"
+    # Float32 and GPU learners: SDPA at any length; a kernel set is the kernel.
+    assert DAPOConfig().training(max_prompt_length=64, max_response_length=64).learner_attn_implementation == "sdpa"
+    on_gpus = DAPOConfig().learners(num_gpus_per_learner=1).training(**bf16, max_response_length=64)
+    assert on_gpus.learner_attn_implementation == "sdpa"
+    assert DAPOConfig().training(attn_implementation="eager").learner_attn_implementation == "eager"
+    module_config = DAPOConfig().training(**bf16, max_response_length=64).get_default_rl_module_spec().model_config
+    assert module_config["attn_implementation"] == "eager"
 
 
 def test_old_log_probs_are_recomputed_only_when_a_batch_gets_several_optimizer_steps():

@@ -81,11 +81,15 @@ FAMILY_SETTINGS = {
     ),
     "gspo_token": dict(policy_loss="gspo_token", clip_ratio_c=None, clip_eps_low=0.05, clip_eps_high=0.05),
     "cispo": dict(policy_loss="cispo", clip_ratio_c=None, clip_eps_low=1.0, clip_eps_high=0.2),
+    # A fifth of the loss tokens selected (the papers' 2e-4 would select one token here).
+    "clip_cov": dict(policy_loss="clip_cov", clip_ratio_c=None, clip_cov_ratio=0.2, clip_cov_lb=0.0, clip_cov_ub=10.0),
+    "kl_cov": dict(policy_loss="kl_cov", clip_ratio_c=None, kl_cov_ratio=0.2),
     "seq_tis": dict(rollout_correction="seq_tis", rollout_is_cap=1.5),
     "token_mask": dict(rollout_correction="token_mask", rollout_mask_band=(0.8, 1.25)),
     "seq_mask": dict(rollout_correction="seq_mask", rollout_mask_band=(0.5, 2.0)),
     "geo_mask": dict(rollout_correction="geo_mask", rollout_mask_band=(0.9, 1.1)),
 }
+COVARIANCE_LOSSES = ("clip_cov", "kl_cov")
 
 
 @pytest.fixture(scope="module")
@@ -157,11 +161,13 @@ def two_learners(tiny_model_path, batch, tmp_path_factory):
     runs += [dict(run, deepspeed_config=ZERO3) for run in runs]
     lora = dict(LORA, max_tokens_per_micro_batch=24)
     runs += [lora, dict(lora, deepspeed_config=ZERO2), dict(lora, deepspeed_config=ZERO3)]
+    runs += [dict(FAMILY_SETTINGS[name], max_tokens_per_micro_batch=24) for name in COVARIANCE_LOSSES]
     results = run_data_parallel(str(tiny_model_path), batch, runs, tmp_path_factory.mktemp("two_learners"))
     return {
         "ddp": dict(zip(LOSS_AGG_MODES, results[:4])),
         "zero3": dict(zip(LOSS_AGG_MODES, results[4:8])),
-        "lora": dict(zip(("ddp", "zero2", "zero3"), results[8:])),
+        "lora": dict(zip(("ddp", "zero2", "zero3"), results[8:11])),
+        "covariance": dict(zip(COVARIANCE_LOSSES, results[11:])),
     }
 
 
@@ -173,6 +179,14 @@ def test_two_ddp_learners_give_the_same_step(two_learners, whole, mode):
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_two_zero3_learners_give_the_same_step(two_learners, whole, mode):
     assert_same_step(two_learners["zero3"][mode], whole[mode])
+
+
+@pytest.mark.parametrize("name", COVARIANCE_LOSSES)
+def test_covariance_selection_spans_both_learners(tiny_model_path, batch, two_learners, name):
+    # Clip-Cov's draw and KL-Cov's top-k run over the tokens of both learners (gathered), so two
+    # learners select the tokens one learner selects.
+    reference = one_step(build_learner(str(tiny_model_path), **FAMILY_SETTINGS[name]), batch)
+    assert_same_step(two_learners["covariance"][name], reference, loss_atol=1e-6)
 
 
 # LoRA adapters: the B matrices start at zero, so a first step moves B (A's gradient is zero).

@@ -66,3 +66,21 @@ def test_chunked_logprobs_and_gradients_equal_the_plain_computation(tiny_model_p
         torch.testing.assert_close(
             our_grads[name], param.grad, rtol=1e-4, atol=1e-4 * scale, msg=lambda m: f"{name}: {m}"
         )
+
+
+def test_eager_and_sdpa_attention_give_the_same_logprobs_and_gradients(tiny_model_path):
+    """The learner's attention kernel (`DAPOConfig.learner_attn_implementation`) is a speed
+    setting: left-padded prompts and right-padded responses give the same log-probs and
+    gradients with either."""
+    results = {}
+    for kernel in ("eager", "sdpa"):
+        model = rl_module.load_causal_lm(tiny_model_path, attn_implementation=kernel)
+        assert model.config._attn_implementation == kernel
+        logp = rl_module.response_logprobs(model, batch(), TEMPERATURE)[Columns.LOGP]
+        logp.sum().backward()
+        results[kernel] = logp.detach(), {n: p.grad for n, p in model.named_parameters()}
+    (eager_logp, eager_grads), (sdpa_logp, sdpa_grads) = results["eager"], results["sdpa"]
+    torch.testing.assert_close(eager_logp, sdpa_logp, rtol=1e-5, atol=1e-5)
+    for name, grad in eager_grads.items():
+        scale = grad.abs().max().item()
+        torch.testing.assert_close(grad, sdpa_grads[name], rtol=1e-4, atol=1e-4 * scale, msg=lambda m: f"{name}: {m}")
