@@ -84,6 +84,15 @@ FAMILY_SETTINGS = {
     # A fifth of the loss tokens selected (the papers' 2e-4 would select one token here).
     "clip_cov": dict(policy_loss="clip_cov", clip_ratio_c=None, clip_cov_ratio=0.2, clip_cov_lb=0.0, clip_cov_ub=10.0),
     "kl_cov": dict(policy_loss="kl_cov", clip_ratio_c=None, kl_cov_ratio=0.2),
+    # One optimizer step per batch: no old log-probs are recomputed, Clip-Cov selects by the sampler's.
+    "clip_cov_on_policy": dict(
+        policy_loss="clip_cov",
+        clip_ratio_c=None,
+        clip_cov_ratio=0.2,
+        clip_cov_lb=0.0,
+        clip_cov_ub=10.0,
+        minibatch_size_prompts=512,
+    ),
     "seq_tis": dict(rollout_correction="seq_tis", rollout_is_cap=1.5),
     "token_mask": dict(rollout_correction="token_mask", rollout_mask_band=(0.8, 1.25)),
     "seq_mask": dict(rollout_correction="seq_mask", rollout_mask_band=(0.5, 2.0)),
@@ -114,6 +123,14 @@ def test_the_family_losses_and_corrections_are_exact_in_micro_batches(tiny_model
     assert_same_step(result, reference, loss_atol=1e-6)
     # Not DAPO's step under another name: the loss differs from the default's on the same batch.
     assert reference[Metrics.POLICY_LOSS] != pytest.approx(whole["token-mean"][Metrics.POLICY_LOSS], rel=1e-3)
+
+
+def test_an_on_policy_covariance_selection_needs_the_samplers_log_probs(tiny_model_path, batch):
+    learner = build_learner(str(tiny_model_path), **FAMILY_SETTINGS["clip_cov_on_policy"])
+    with pytest.raises(
+        ValueError, match="policy_loss='clip_cov' selects tokens .* the batch has no 'rollout_logp' column"
+    ):
+        one_step(learner, batch)
 
 
 def test_the_reference_step_trains_and_differs_between_modes(whole):
