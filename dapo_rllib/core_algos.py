@@ -367,6 +367,12 @@ def agg_loss(
 # --------------------------------------------------------------------------
 
 
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """PPO's per-token loss ``max(-A r, -A clip(r, low, high))``: the max of the two losses is the
+    min of the two objectives, the pessimistic bound (shared by ppo_clip, gspo_token, clip_cov)."""
+    return torch.maximum(-advantages * ratio, -advantages * ratio.clamp(low, high))
+
+
 @register_policy_loss("ppo_clip")
 def compute_policy_loss(
     log_probs: torch.Tensor,
@@ -436,10 +442,7 @@ def compute_policy_loss(
 
     log_ratio = log_probs - old_log_probs
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1 - clip_eps_low, 1 + clip_eps_high)
-    # max of the two losses = min of the two objectives: the pessimistic bound.
-    token_loss = torch.maximum(unclipped, clipped)
+    token_loss = clipped_surrogate(ratio, advantages, 1 - clip_eps_low, 1 + clip_eps_high)
     negative = advantages < 0
     if clip_ratio_c is not None:
         token_loss = torch.where(negative, torch.minimum(token_loss, -advantages * clip_ratio_c), token_loss)
@@ -548,7 +551,7 @@ def gspo_token_policy_loss(
     token_log_ratio = seq_log_ratio.detach().unsqueeze(-1) + log_probs - log_probs.detach()
     ratio = torch.exp(token_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     low, high = 1 - clip_eps_low, 1 + clip_eps_high
-    token_loss = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(low, high))
+    token_loss = clipped_surrogate(ratio, advantages, low, high)
     loss = _aggregate(token_loss, response_mask, loss_agg_mode, settings)
     with torch.no_grad():
         metrics = _clip_metrics(ratio, advantages, response_mask, _log_ratio(log_probs, old_log_probs), low, high)
@@ -717,7 +720,7 @@ def clip_cov_policy_loss(
     log_ratio = _log_ratio(log_probs, old_log_probs)
     ratio = torch.exp(log_ratio)
     low, high = 1 - clip_eps_low, 1 + clip_eps_high
-    token_loss = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(low, high))
+    token_loss = clipped_surrogate(ratio, advantages, low, high)
     loss = _aggregate(token_loss.masked_fill(selected.bool(), 0), response_mask, loss_agg_mode, settings)
     with torch.no_grad():
         metrics = _clip_metrics(ratio, advantages, response_mask, log_ratio, low, high)
