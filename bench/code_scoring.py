@@ -37,9 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dapo_rllib.data.code_tasks import CodeTask, load_code_tasks
-from dapo_rllib.rewards.code import score_code_many
-from dapo_rllib.sandbox import Sandbox
+from dapo_rllib.tasks.data.code_tasks import CodeTask, load_code_tasks
+from dapo_rllib.tasks.rewards.code import score_code_many
+from dapo_rllib.tasks.sandbox import Sandbox
 from dapo_rllib.tiny_model import CODE_ANSWER_STYLES, code_answer
 from envs.code_env import SANDBOX_CONFIG, CodeEnv, sandbox_from_settings
 

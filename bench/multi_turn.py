@@ -28,9 +28,9 @@ import numpy as np
 import ray
 
 import dapo_rllib  # noqa: F401  (registers DAPO and the environments; vLLM's environment defaults)
+from dapo_rllib.cli.train import load_config_file
 from dapo_rllib.columns import Metrics, tag
-from dapo_rllib.tensorboard import readable_scalars
-from dapo_rllib.train import load_config_file
+from dapo_rllib.reporting.tensorboard import readable_scalars
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "dapo" / "tiny_tool_arithmetic_dapo.py"
 

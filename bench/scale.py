@@ -52,11 +52,11 @@ import ray
 import torch
 
 import dapo_rllib  # noqa: F401  (registers DAPO; vLLM's environment defaults)
+from dapo_rllib.algorithm.dapo import DAPOConfig
+from dapo_rllib.algorithm.learner import CPU_MICRO_BATCH_TOKENS
+from dapo_rllib.algorithm.micro_batching import plan_micro_batches
 from dapo_rllib.columns import Metrics, tag
-from dapo_rllib.dapo import DAPOConfig
-from dapo_rllib.dapo_config import CPU_MICRO_BATCH_TOKENS
-from dapo_rllib.micro_batching import plan_micro_batches
-from dapo_rllib.tensorboard import readable_scalars
+from dapo_rllib.reporting.tensorboard import readable_scalars
 from dapo_rllib.tiny_model import default_cache_dir
 
 

@@ -26,9 +26,9 @@ import numpy as np
 import ray
 
 import dapo_rllib  # noqa: F401  (registers DAPO; vLLM's environment defaults)
+from dapo_rllib.cli.train import load_config_file
 from dapo_rllib.columns import Metrics, tag
-from dapo_rllib.tensorboard import readable_scalars
-from dapo_rllib.train import load_config_file
+from dapo_rllib.reporting.tensorboard import readable_scalars
 
 # (column header, TensorBoard tag) of each timing column.
 COLUMNS = [
@@ -58,8 +58,8 @@ def bare_generate(env_runner, num_prompts: int) -> tuple[int, float, int]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from dapo_rllib.data.prompts import render_prompt_ids
-    from dapo_rllib.problem_env import build_env
+    from dapo_rllib.tasks.data.prompts import render_prompt_ids
+    from dapo_rllib.tasks.problem_env import build_env
 
     cfg, llm = env_runner.config, env_runner.llm
     if not hasattr(env_runner, "bench_env"):

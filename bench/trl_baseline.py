@@ -239,7 +239,7 @@ def worker(spec: dict) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from dapo_rllib.rewards.math_dapo import compute_score
+    from dapo_rllib.tasks.rewards.math_dapo import compute_score
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()

@@ -1,16 +1,17 @@
 """dapo-rllib: DAPO as a Ray RLlib algorithm.
 
 `import dapo_rllib` registers the algorithms with Ray Tune ("DAPO", and its neighbours "GRPO",
-"DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCE++": `dapo_rllib.algorithms`) and the environments
-(the math environment as "dapo_math"). The pure math in `dapo_rllib.core_algos` needs only torch, so the package imports
+"DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCE++": `dapo_rllib.algorithm.family`) and the environments
+(the math environment as "dapo_math"). The pure math in `dapo_rllib.algorithm.core_algos` needs only torch, so the package imports
 without Ray too (nothing is registered then). Processes that need no Ray (the scoring child of
-`dapo_rllib.rewards.scoring_process`) set $DAPO_RLLIB_NO_REGISTRATION to skip it.
+`dapo_rllib.tasks.rewards.scoring_process`) set $DAPO_RLLIB_NO_REGISTRATION to skip it.
 """
 
 import os
 
+from dapo_rllib.env_vars import NO_REGISTRATION_ENV
+
 __version__ = "0.1.0"
-NO_REGISTRATION_ENV = "DAPO_RLLIB_NO_REGISTRATION"
 
 # vLLM reads these when it is imported, and every process that starts an engine imports this
 # package first: the engine stays inside the env runner's process, and the CPU backend's KV cache

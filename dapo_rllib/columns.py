@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 class Info:
-    """Keys of the info dicts of a problem environment (`dapo_rllib.problem_env.ProblemEnv`): a scored
+    """Keys of the info dicts of a problem environment (`dapo_rllib.tasks.problem_env.ProblemEnv`): a scored
     completion's (`contracts.ScoreInfo`, also what a scorer returns: `contracts.ScoreResult`) and a reset's
     (`contracts.ResetInfo`). A test checks that they are the keys of those types."""
 
@@ -149,7 +149,7 @@ class Metrics:
     # progress/: lifetime counters.
     ENV_STEPS_SAMPLED = "env_steps_sampled"
 
-    # evaluation/<data source>/: validation (`dapo_rllib.eval_metrics`), with RESPONSE_LENGTH_MEAN,
+    # evaluation/<data source>/: validation (`dapo_rllib.reporting.eval_metrics`), with RESPONSE_LENGTH_MEAN,
     # TRUNCATION_RATIO and SCORING_TIMEOUTS. A name ending in "@" is followed by a sample count:
     # f"{Metrics.AVG_AT}{n}" is "avg@32" for n = 32.
     AVG_AT = "avg@"  # avg@n: mean accuracy of n samples per problem (the headline number)

@@ -1,6 +1,6 @@
 """The types that travel between DAPO's pieces, and the one check of each (key names: `dapo_rllib.columns`).
 
-    ScoreResult     a verdict on one completion: what a scorer function returns (`dapo_rllib.rewards`) and
+    ScoreResult     a verdict on one completion: what a scorer function returns (`dapo_rllib.tasks.rewards`) and
                     what a problem environment's `_score` returns; checked by `check_score_result`
     ScoreInfo       the info of a scored completion (`ProblemEnv.score_many`, `step`): a ScoreResult with the
                     problem's ground truth and data source; built by `score_info`
@@ -66,14 +66,16 @@ class ResetInfo(TypedDict):
     ground_truth: str
     data_source: str
     epoch: int
-    tools: list[dict]  # each tool's schema as chat templates take it (`dapo_rllib.tools.Tool.schema`); [] for none
+    tools: list[
+        dict
+    ]  # each tool's schema as chat templates take it (`dapo_rllib.tasks.tools.Tool.schema`); [] for none
 
 
 class ToolStepInfo(TypedDict):
     """The info of a ``ProblemEnv.step`` that ran the model's tool calls (the episode goes on)."""
 
     tool_calls: int  # calls in the turn, malformed ones included
-    tool_errors: dict[str, int]  # failed calls by kind (`dapo_rllib.tools.ToolErrorKind` values)
+    tool_errors: dict[str, int]  # failed calls by kind (`dapo_rllib.tasks.tools.ToolErrorKind` values)
     tool_s: float  # seconds the calls took
 
 

@@ -10,7 +10,7 @@ Nothing is downloaded. `ensure_tiny_model(task)` builds, once, into a cache dire
 
 Five tasks (`RECIPES`): "arithmetic" (the math environment's built-in problems), "code" (the
 code environment's generated function-writing tasks), "sums" (the ablation's scratchpad sums,
-dapo_rllib/data/scratchpad_sums.py), and two of several turns, warm-started on whole episodes
+dapo_rllib/tasks/data/scratchpad_sums.py), and two of several turns, warm-started on whole episodes
 (trained on the model's turns only, rendered as the env runner renders them: `conversation_ids`):
 "tool_arithmetic" (products with the python tool) and "code_repair" (the code tasks with the
 code-repair environment's feedback). The warm start imitates several ways of answering, in fixed
@@ -68,13 +68,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from dapo_rllib.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
-from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
-from dapo_rllib.data.code_tasks import short_repr
-from dapo_rllib.data.scratchpad_sums import generate_sum_problems, parse_sum_question, scratchpad_lines
-from dapo_rllib.data.tool_arithmetic import generate_tool_arithmetic_problems, parse_product_question
-from dapo_rllib.rewards.math_dapo import compute_score as math_dapo_score
-from dapo_rllib.tools import PYTHON_TOOL_SCHEMA
+from dapo_rllib.tasks.data.arithmetic import generate_arithmetic_problems, parse_arithmetic_question
+from dapo_rllib.tasks.data.code_arithmetic import generate_code_tasks, reference_solution
+from dapo_rllib.tasks.data.datasets import short_repr
+from dapo_rllib.tasks.data.scratchpad_sums import generate_sum_problems, parse_sum_question, scratchpad_lines
+from dapo_rllib.tasks.data.tool_arithmetic import generate_tool_arithmetic_problems, parse_product_question
+from dapo_rllib.tasks.rewards.math_dapo import compute_score as math_dapo_score
+from dapo_rllib.tasks.tools import PYTHON_TOOL_SCHEMA
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 CHAT_TEMPLATE = (
@@ -200,7 +200,7 @@ def repair_answer(task, style: str) -> list:
 def repair_feedback(task, style: str) -> str:
     """What the code-repair environment says of an attempt in a failing CODE_ANSWER_STYLES style: a print
     returns None, a misnamed function is not found."""
-    from dapo_rllib.rewards.code import CaseReport, call_text, feedback_text
+    from dapo_rllib.tasks.rewards.code import CaseReport, call_text, feedback_text
 
     calls = [test[0] for test in task.calls[:REPAIR_PUBLIC_TESTS]]
     if style == "print":
@@ -213,7 +213,7 @@ def repair_feedback(task, style: str) -> str:
 
 def _first_turn_right(problem, response: str) -> bool:
     """The first turn calls python with an expression whose value is the answer, or gives the answer."""
-    from dapo_rllib.tools import HermesToolParser
+    from dapo_rllib.tasks.tools import HermesToolParser
 
     calls = HermesToolParser().parse(response)
     if not calls:
@@ -242,7 +242,7 @@ def _math_correct(problem, response: str) -> bool:
 def _code_matches_reference(task, response: str) -> bool:
     """The response's code is the reference solution (up to trailing whitespace): a lower bound
     on passing the tests, without running model-written code during a build."""
-    from dapo_rllib.rewards.code import extract_code, normalize_output
+    from dapo_rllib.tasks.rewards.code import extract_code, normalize_output
 
     return normalize_output(extract_code(response) or "") == normalize_output(extract_code(reference_solution(task)))
 
@@ -276,7 +276,7 @@ class WarmStartRecipe:
     sft_steps: int = 800
     batch_size: int = 64
     chat_template: str = CHAT_TEMPLATE
-    tools: tuple = ()  # tool schemas shown in the prompt (`dapo_rllib.tools.Tool.schema`)
+    tools: tuple = ()  # tool schemas shown in the prompt (`dapo_rllib.tasks.tools.Tool.schema`)
 
 
 # v2: built with pinned kernels and a fixed thread count (a v1 build depended on the CPU it ran on).
@@ -429,7 +429,7 @@ def conversation_ids(recipe: WarmStartRecipe, tokenizer, problem, style: str) ->
     """(token ids, loss mask) of the prompt and the imitated answer in `style`, as the env runner renders an
     episode: the prompt (mask 0), each model turn's ids and end-of-turn token (mask 1), and between them
     the environment's message (a tool's output, feedback) rendered by the chat template (mask 0)."""
-    from dapo_rllib.chat_turns import TurnRenderer
+    from dapo_rllib.rollout.chat_turns import TurnRenderer
 
     renderer = TurnRenderer(tokenizer, recipe.tools, max_tool_response_tokens=tokenizer.model_max_length)
     answer = recipe.answer(problem, style)
@@ -649,7 +649,7 @@ def held_out_accuracy(model, tokenizer, task: str, *, samples: int = HELD_OUT_SA
     whose samples are neither all right nor all wrong (what dynamic sampling keeps)."""
     from transformers import GenerationConfig
 
-    from dapo_rllib.chat_turns import TurnRenderer
+    from dapo_rllib.rollout.chat_turns import TurnRenderer
 
     recipe = _recipe(task)
     problems = recipe.test_problems()

@@ -1,6 +1,6 @@
 """Gymnasium environments for DAPO training."""
 
-from dapo_rllib.problem_env import ProblemEnv
+from dapo_rllib.tasks.problem_env import ProblemEnv
 from envs.code_env import CodeEnv
 from envs.math_env import MathEnv
 

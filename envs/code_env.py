@@ -1,6 +1,6 @@
-"""Code tasks as a single-step language environment (task API: :mod:`dapo_rllib.problem_env`).
+"""Code tasks as a single-step language environment (task API: :mod:`dapo_rllib.tasks.problem_env`).
 
-A completion's code runs against the task's tests in the sandbox (:mod:`dapo_rllib.sandbox`)
+A completion's code runs against the task's tests in the sandbox (:mod:`dapo_rllib.tasks.sandbox`)
 and scores +1 when all tests pass, -1 otherwise (or the fraction passed). ``score_many`` runs
 all its completions at once on the sandbox's parallel pool.
 
@@ -16,11 +16,11 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dapo_rllib.data.code_arithmetic import generate_code_tasks
-from dapo_rllib.data.code_tasks import CodeTask, load_code_tasks
-from dapo_rllib.problem_env import PROBLEM_CONFIG, ProblemEnv
-from dapo_rllib.rewards.code import REWARD_MODES, CodeScoreResult, score_code_many
-from dapo_rllib.sandbox import Sandbox, SandboxLimits
+from dapo_rllib.tasks.data.code_arithmetic import generate_code_tasks
+from dapo_rllib.tasks.data.code_tasks import CodeTask, load_code_tasks
+from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, ProblemEnv
+from dapo_rllib.tasks.rewards.code import REWARD_MODES, CodeScoreResult, score_code_many
+from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits
 
 #: Value of the "dataset" config key that selects the built-in generator.
 GENERATED_DATASET = "generated"
@@ -42,7 +42,7 @@ class CodeEnv(ProblemEnv[CodeTask]):
     Config keys (all optional; see ``DEFAULT_CONFIG``):
         dataset: ``"generated"`` for the built-in function-writing tasks, or the path of a
             ``.jsonl``/``.parquet`` file of code tasks (row format:
-            :mod:`dapo_rllib.data.code_tasks`).
+            :mod:`dapo_rllib.tasks.data.code_tasks`).
         split: ``"train"`` or ``"test"`` split of the generated tasks (ignored for files: pass
             another file for evaluation).
         num_problems: Number of generated tasks (``None``: the whole split), the same ones for
@@ -83,7 +83,7 @@ class CodeEnv(ProblemEnv[CodeTask]):
     def _score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[CodeScoreResult]:
         """Every completion's sandbox runs at once on the pool; each info also holds
         ``tests_passed``, ``tests_total``, ``failure``, and ``pred`` is a pass/fail letter per
-        test, for majority voting (see :func:`dapo_rllib.rewards.code.score_code_many`)."""
+        test, for majority voting (see :func:`dapo_rllib.tasks.rewards.code.score_code_many`)."""
         return score_code_many(zip(completions, problems), self._sandbox, reward=self._reward)
 
 

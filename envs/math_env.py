@@ -1,11 +1,11 @@
-"""Math problems as a single-step language environment (task API: :mod:`dapo_rllib.problem_env`).
+"""Math problems as a single-step language environment (task API: :mod:`dapo_rllib.tasks.problem_env`).
 
 A completion is scored against the reference answer with a rule-based scorer (+1 correct,
 -1 wrong; docs/algorithm.md §3).
 
 Scorers run in a child process shared by all environments of a process, which
 is killed when a scorer exceeds the timeout (docs/algorithm.md §8; see
-``dapo_rllib.rewards.scoring_process``).
+``dapo_rllib.tasks.rewards.scoring_process``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from dapo_rllib.contracts import ScoreResult
-from dapo_rllib.data import MathProblem, generate_arithmetic_problems, load_math_dataset
-from dapo_rllib.problem_env import PROBLEM_CONFIG, ProblemEnv
-from dapo_rllib.rewards import SCORERS, load_scorer, scorer_for
-from dapo_rllib.rewards.scoring_process import ScoreOutcome, shared_scoring_process
+from dapo_rllib.tasks.data import MathProblem, generate_arithmetic_problems, load_math_dataset
+from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, ProblemEnv
+from dapo_rllib.tasks.rewards import SCORERS, load_scorer, scorer_for
+from dapo_rllib.tasks.rewards.scoring_process import ScoreOutcome, shared_scoring_process
 
 #: Value of the "dataset" config key that selects the built-in generator.
 ARITHMETIC_DATASET = "arithmetic"
@@ -53,7 +53,7 @@ class MathEnv(ProblemEnv[MathProblem]):
             dataset order).
         seed: Seed of the draw order.
         scorer: Which scorer rates completions. ``None``: the default for each
-            data source (``dapo_rllib.rewards.DEFAULT_SCORER_BY_SOURCE``: math_dapo
+            data source (``dapo_rllib.tasks.rewards.DEFAULT_SCORER_BY_SOURCE``: math_dapo
             for DAPO data). A scorer spec, a registered name (``"math_dapo"``,
             ``"math_verify"``) or an import path ``"package.module:function"``:
             that scorer for all data. A mapping ``{data_source: spec}``: per data

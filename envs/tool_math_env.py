@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dapo_rllib.data.tool_arithmetic import generate_tool_arithmetic_problems
-from dapo_rllib.tools import python_tool
+from dapo_rllib.tasks.data.tool_arithmetic import generate_tool_arithmetic_problems
+from dapo_rllib.tasks.tools import python_tool
 from envs.code_env import SANDBOX_CONFIG, sandbox_from_settings
 from envs.math_env import DEFAULT_CONFIG as MATH_CONFIG
 from envs.math_env import MathEnv

@@ -15,8 +15,8 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 import dapo_rllib  # noqa: F401  (vLLM environment defaults)
+from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.columns import Columns, Metrics
-from dapo_rllib.dapo import DAPOConfig
 
 SPACES = {DEFAULT_MODULE_ID: (gym.spaces.Box(0, 1, (1,)), gym.spaces.Box(0, 1, (1,)))}
 MAX_PROMPT_LENGTH = 6

@@ -11,9 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from dapo_rllib import core_algos
+from dapo_rllib.algorithm import core_algos
+from dapo_rllib.algorithm.core_algos import (
+    compute_advantages,
+    filter_groups,
+    policy_loss_fn,
+    rollout_correction_weights,
+)
 from dapo_rllib.columns import Metrics
-from dapo_rllib.core_algos import compute_advantages, filter_groups, policy_loss_fn, rollout_correction_weights
 
 F64 = torch.float64
 

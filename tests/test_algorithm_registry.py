@@ -7,13 +7,8 @@ from ray.tune.registry import get_trainable_cls
 from ray.tune.search.variant_generator import generate_variants
 
 import dapo_rllib  # noqa: F401  (registers the algorithms)
-from dapo_rllib.algorithm_comparison import (
-    ALGORITHM_KEY,
-    COMPARED_SETTINGS,
-    algorithm_settings,
-    comparison_search_space,
-)
-from dapo_rllib.algorithms import (
+from dapo_rllib.algorithm.dapo import DAPO, DAPOConfig
+from dapo_rllib.algorithm.family import (
     ALGORITHMS,
     CISPOConfig,
     DrGRPOConfig,
@@ -23,7 +18,12 @@ from dapo_rllib.algorithms import (
     RLOOConfig,
     algorithm_class,
 )
-from dapo_rllib.dapo import DAPO, DAPOConfig
+from dapo_rllib.experiments.algorithm_comparison import (
+    ALGORITHM_KEY,
+    COMPARED_SETTINGS,
+    algorithm_settings,
+    comparison_search_space,
+)
 
 NAMES = ["DAPO", "GRPO", "DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCE++"]
 

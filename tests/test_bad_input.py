@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dapo_rllib.data import load_math_dataset
+from dapo_rllib.tasks.data import load_math_dataset
 
 USER = "user"
 GOOD_PROMPT = [{"role": USER, "content": "What is 1 + 1?"}]
@@ -328,7 +328,7 @@ CODE_ROWS = [
 
 @pytest.mark.parametrize(("row", "patterns"), [row[1:] for row in CODE_ROWS], ids=[row[0] for row in CODE_ROWS])
 def test_bad_code_task(tmp_path, row, patterns):
-    from dapo_rllib.data.code_tasks import load_code_tasks
+    from dapo_rllib.tasks.data.code_tasks import load_code_tasks
 
     path = _write_lines(tmp_path / "tasks.jsonl", [row])
     _raises(ValueError, patterns, lambda: load_code_tasks(path))
@@ -340,11 +340,11 @@ def test_bad_code_task(tmp_path, row, patterns):
 def test_tokenizer_without_chat_template_falls_back_to_plain_text_logged_once(plain_tokenizer_path, caplog):
     from transformers import AutoTokenizer
 
-    from dapo_rllib.data.prompts import PLAIN_MESSAGE_SEPARATOR, render_prompt_ids
+    from dapo_rllib.tasks.data.prompts import PLAIN_MESSAGE_SEPARATOR, render_prompt_ids
 
     tokenizer = AutoTokenizer.from_pretrained(plain_tokenizer_path)  # a fresh object: never warned about
     messages = [{"role": "system", "content": "Be brief."}, *GOOD_PROMPT]
-    with caplog.at_level(logging.WARNING, logger="dapo_rllib.data.prompts"):
+    with caplog.at_level(logging.WARNING, logger="dapo_rllib.tasks.data.prompts"):
         ids = render_prompt_ids(tokenizer, messages)
         assert render_prompt_ids(tokenizer, messages) == ids
     assert ids == tokenizer(PLAIN_MESSAGE_SEPARATOR.join(m["content"] for m in messages))["input_ids"]
@@ -359,9 +359,9 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated(tiny_model_path):
     `evaluate` to its records)."""
     from transformers import AutoTokenizer
 
-    from dapo_rllib.chat_turns import TurnRenderer
-    from dapo_rllib.data.prompts import render_prompt_ids
-    from dapo_rllib.env_runner import VLLMEnvRunner
+    from dapo_rllib.rollout.chat_turns import TurnRenderer
+    from dapo_rllib.rollout.env_runner import VLLMEnvRunner
+    from dapo_rllib.tasks.data.prompts import render_prompt_ids
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     long_prompt = [{"role": USER, "content": "1 + " * 40 + "1 = ?"}]
@@ -378,10 +378,10 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated(tiny_model_path):
 
 def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path, monkeypatch, capsys):
     """`rllib evaluate` puts the runner's count in its JSON and prints it (no vLLM: a stand-in runner)."""
-    import dapo_rllib.env_runner as env_runner
-    from dapo_rllib.chat_turns import TurnRenderer
+    import dapo_rllib.rollout.env_runner as env_runner
+    from dapo_rllib.cli.evaluate import evaluate
     from dapo_rllib.contracts import EvalRecord
-    from dapo_rllib.evaluate import evaluate
+    from dapo_rllib.rollout.chat_turns import TurnRenderer
 
     fitted_prompt = env_runner.VLLMEnvRunner._fitted_prompt
 
@@ -421,7 +421,7 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
     )
     from transformers import AutoTokenizer
 
-    from dapo_rllib.data.prompts import render_prompt_ids
+    from dapo_rllib.tasks.data.prompts import render_prompt_ids
 
     limit = len(render_prompt_ids(AutoTokenizer.from_pretrained(tiny_model_path), GOOD_PROMPT))  # the short prompt fits
     report = evaluate(
@@ -482,14 +482,14 @@ STEP_RESULTS = [
     ("result", "error", "pattern"), [row[1:] for row in STEP_RESULTS], ids=[row[0] for row in STEP_RESULTS]
 )
 def test_a_malformed_environment_step_is_a_clear_error(result, error, pattern):
-    from dapo_rllib.rollout import _checked_step
+    from dapo_rllib.rollout.turn_loop import _checked_step
 
     with pytest.raises(error, match=pattern):
         _checked_step(_ScriptedStep(result), "Answer: 5")
 
 
 def test_an_episode_that_ends_without_a_verdict_is_a_clear_error():
-    from dapo_rllib.rollout import _final_info
+    from dapo_rllib.rollout.turn_loop import _final_info
 
     with pytest.raises(
         TypeError, match=r"_ScriptedStep ended an episode with info \{'tool_calls': 1\}; expected a mapping"
@@ -503,7 +503,7 @@ def test_an_episode_that_ends_without_a_verdict_is_a_clear_error():
 @pytest.fixture
 def ppo_checkpoint(tmp_path):
     """A directory with a PPO checkpoint's class_and_ctor_args.pkl, which is what
-    `Algorithm.from_checkpoint` and dapo_rllib.checkpoints read to learn the algorithm."""
+    `Algorithm.from_checkpoint` and dapo_rllib.algorithm.checkpoints read to learn the algorithm."""
     from ray.rllib.algorithms.ppo import PPO, PPOConfig
 
     path = tmp_path / "ppo_checkpoint"
@@ -516,7 +516,7 @@ def ppo_checkpoint(tmp_path):
 
 
 def test_dapo_config_with_a_missing_model_directory(tmp_path):
-    from dapo_rllib.dapo import DAPOConfig
+    from dapo_rllib.algorithm.dapo import DAPOConfig
 
     missing = tmp_path / "no_model"
     config = DAPOConfig().training(model_path=str(missing))
@@ -528,8 +528,8 @@ def test_dapo_config_with_a_missing_model_directory(tmp_path):
 
 
 def test_evaluate_a_missing_model_directory(tmp_path):
-    from dapo_rllib.cli import main
-    from dapo_rllib.evaluate import evaluate
+    from dapo_rllib.cli.evaluate import evaluate
+    from dapo_rllib.cli.main import main
 
     missing = tmp_path / "no_model"
     _raises(
@@ -543,7 +543,7 @@ def test_evaluate_a_missing_model_directory(tmp_path):
 
 
 def test_export_a_directory_that_is_no_checkpoint(tmp_path):
-    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
+    from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
 
     _raises(
         FileNotFoundError,
@@ -556,7 +556,7 @@ def test_export_a_directory_that_is_no_checkpoint(tmp_path):
 
 
 def test_export_another_algorithms_checkpoint(ppo_checkpoint, tmp_path):
-    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
+    from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
 
     _raises(
         ValueError,
@@ -568,7 +568,7 @@ def test_export_another_algorithms_checkpoint(ppo_checkpoint, tmp_path):
 
 def test_evaluate_another_algorithms_checkpoint_with_dapo_options(ppo_checkpoint):
     """Without DAPO options a PPO checkpoint is evaluated with Algorithm.evaluate (supported)."""
-    from dapo_rllib.evaluate import evaluate
+    from dapo_rllib.cli.evaluate import evaluate
 
     _raises(
         ValueError,
@@ -600,8 +600,8 @@ def test_evaluate_another_algorithms_checkpoint_with_dapo_options(ppo_checkpoint
 )
 def test_train_restore_refuses(ppo_checkpoint, tmp_path, restore, error, patterns):
     """Refused before Ray starts, instead of deep in Algorithm.restore_from_path."""
-    from dapo_rllib.dapo import DAPOConfig
-    from dapo_rllib.train import TrainOptions, train
+    from dapo_rllib.algorithm.dapo import DAPOConfig
+    from dapo_rllib.cli.train import TrainOptions, train
 
     (tmp_path / "not_a_checkpoint").mkdir()
     path = {"PPO": ppo_checkpoint, "missing": tmp_path / "missing", "not a checkpoint": tmp_path / "not_a_checkpoint"}[

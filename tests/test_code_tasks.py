@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dapo_rllib.data.code_arithmetic import (
+from dapo_rllib.tasks.data.code_arithmetic import (
     OPERATIONS,
     GeneratedFunction,
     generate_code_tasks,
     parse_generated_task,
     reference_solution,
 )
-from dapo_rllib.data.code_tasks import (
+from dapo_rllib.tasks.data.code_tasks import (
     CODE_PROMPT_TEMPLATE,
     Call,
     CodeTask,
@@ -28,9 +28,9 @@ from dapo_rllib.data.code_tasks import (
     load_code_tasks,
     task_to_row,
 )
-from dapo_rllib.data.datasets import write_jsonl
-from dapo_rllib.rewards.code import score_code_many
-from dapo_rllib.sandbox import Sandbox, SandboxLimits
+from dapo_rllib.tasks.data.datasets import write_jsonl
+from dapo_rllib.tasks.rewards.code import score_code_many
+from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits
 
 PROMPT = [{"role": "user", "content": "Write add(a, b)."}]
 

@@ -170,7 +170,7 @@ def test_every_sample_field_needs_one_value_per_sample():
 
 
 def test_score_outcome_as_a_score_result():
-    from dapo_rllib.rewards.scoring_process import TIMED_OUT, ScoreOutcome
+    from dapo_rllib.tasks.rewards.scoring_process import TIMED_OUT, ScoreOutcome
 
     expected = {"score": 1.0, "acc": True, "pred": "5", "score_timed_out": False}
     assert ScoreOutcome(1.0, True, "5").as_result() == expected

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 import dapo_rllib  # noqa: F401
-from dapo_rllib.dapo import DAPO, DAPOConfig
-from dapo_rllib.train import load_config_file, search_space_keys
+from dapo_rllib.algorithm.dapo import DAPO, DAPOConfig
+from dapo_rllib.cli.train import load_config_file, search_space_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,9 +6,9 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
+from dapo_rllib.algorithm.connectors import GroupAdvantages, PadTokenBatch, episode_value
+from dapo_rllib.algorithm.dynamic_sampling import group_episodes, informative_groups, without_broken_tasks
 from dapo_rllib.columns import Columns, Extras
-from dapo_rllib.connectors import GroupAdvantages, PadTokenBatch, episode_value
-from dapo_rllib.dynamic_sampling import group_episodes, informative_groups, without_broken_tasks
 
 PAD = 0
 
@@ -127,7 +127,7 @@ def test_groups_of_broken_tasks_are_dropped_with_a_warning(caplog):
         turns_episode([1], [([2], [-1.0], [])], -1.0, 1, broken_task=broken),
         turns_episode([1], [([2], [-1.0], [])], 1.0, 1, broken_task=broken),
     ]
-    with caplog.at_level("WARNING", logger="dapo_rllib.dynamic_sampling"):
+    with caplog.at_level("WARNING", logger="dapo_rllib.algorithm.dynamic_sampling"):
         kept = without_broken_tasks(group_episodes(eps))
     assert [int(episode_value(g[0], Extras.GROUP_ID)) for g in kept] == [0]
     assert caplog.messages == [f"dropped the group of a broken task (not trained on): {broken}"]

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from transformers import AutoTokenizer
 
-from dapo_rllib.data import (
+from dapo_rllib.tasks.data import (
     DAPO_PROMPT_TEMPLATE,
     MathProblem,
     add_convert_arguments,
@@ -60,7 +60,7 @@ MIXED_ROWS = [
 def test_jsonl_drops_counts_and_round_trip(tmp_path, caplog):
     source, output = tmp_path / "mixed.jsonl", tmp_path / "out" / "sub" / "mixed.parquet"
     write_jsonl(MIXED_ROWS, source)
-    with caplog.at_level(logging.WARNING, logger="dapo_rllib.data"):
+    with caplog.at_level(logging.WARNING, logger="dapo_rllib.tasks.data"):
         report = convert_to_dapo(source, output)
 
     assert (report.question_field, report.answer_field) == ("problem", "answer")

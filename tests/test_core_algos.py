@@ -1,4 +1,4 @@
-"""Tests for dapo_rllib.core_algos against values worked out by hand.
+"""Tests for dapo_rllib.algorithm.core_algos against values worked out by hand.
 
 Every expected number is written out as a literal with the arithmetic in a
 comment; none is obtained by running the formula under test again.
@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from dapo_rllib import core_algos
-from dapo_rllib.columns import Metrics
-from dapo_rllib.core_algos import (
+from dapo_rllib.algorithm import core_algos
+from dapo_rllib.algorithm.core_algos import (
     KL_PENALTY_KINDS,
     LOSS_AGG_MODES,
     adv_estimator_fn,
@@ -20,16 +19,18 @@ from dapo_rllib.core_algos import (
     agg_loss,
     compute_group_advantages,
     compute_policy_loss,
-    entropy_from_logits,
     filter_groups,
     kl_penalty,
     masked_mean,
-    overlong_penalty,
     policy_loss_fn,
     policy_losses,
     register_adv_estimator,
     register_policy_loss,
 )
+from dapo_rllib.algorithm.core_algos import registry as core_algos_registry
+from dapo_rllib.columns import Metrics
+from dapo_rllib.models.rl_module import entropy_from_logits
+from dapo_rllib.tasks.rewards.overlong import overlong_penalty
 
 F64 = torch.float64
 
@@ -436,7 +437,7 @@ NAN = float("nan")
 @pytest.fixture
 def restore_registries():
     """Whatever a test registers is gone after it, so no variant leaks into another test."""
-    tables = (core_algos._POLICY_LOSSES.table, core_algos._ADV_ESTIMATORS.table)
+    tables = (core_algos_registry._POLICY_LOSSES.table, core_algos_registry._ADV_ESTIMATORS.table)
     saved = [dict(table) for table in tables]
     yield
     for table, before in zip(tables, saved):
@@ -453,8 +454,8 @@ def test_builtin_names():
 
 def test_an_import_path_names_a_function_in_any_process():
     # Learners and Tune trials do not run the driver's decorators: "module:function" imports it.
-    assert policy_loss_fn("dapo_rllib.core_algos:compute_policy_loss") is compute_policy_loss
-    assert adv_estimator_fn("dapo_rllib.core_algos:dr_grpo_advantages") is core_algos.dr_grpo_advantages
+    assert policy_loss_fn("dapo_rllib.algorithm.core_algos:compute_policy_loss") is compute_policy_loss
+    assert adv_estimator_fn("dapo_rllib.algorithm.core_algos:dr_grpo_advantages") is core_algos.dr_grpo_advantages
     with pytest.raises(ModuleNotFoundError, match="no_such_module"):
         policy_loss_fn("no_such_module:loss")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dapo_rllib.problem_env import PROBLEM_CONFIG, build_env
+from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, build_env
 from envs import ProblemEnv
 
 README = Path(__file__).parents[1] / "README.md"

@@ -7,10 +7,10 @@ import pytest
 from ray.rllib.algorithms.algorithm import Algorithm
 
 import dapo_rllib  # noqa: F401
+from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.columns import Metrics
-from dapo_rllib.dapo import DAPOConfig
-from dapo_rllib.progress import summary_line
-from dapo_rllib.rl_module import hf_weights
+from dapo_rllib.models.rl_module import hf_weights
+from dapo_rllib.reporting.progress import summary_line
 
 # Parameters vLLM keeps under their Hugging Face names (it fuses q/k/v and gate/up).
 CHECKED = ["model.embed_tokens.weight", "model.layers.0.input_layernorm.weight", "model.norm.weight"]

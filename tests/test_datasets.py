@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dapo_rllib.data import (
+from dapo_rllib.tasks.data import (
     ARITHMETIC_PROMPT_TEMPLATE,
     DAPO_PROMPT_TEMPLATE,
     MathProblem,
@@ -83,7 +83,7 @@ def test_copies_take_part_in_equality_and_hash():
 
 
 def test_aime_dedup_count_is_logged(caplog):
-    with caplog.at_level(logging.INFO, logger="dapo_rllib.data"):
+    with caplog.at_level(logging.INFO, logger="dapo_rllib.tasks.data"):
         load_math_dataset(AIME_PATH)
     assert any("930 duplicates removed" in r.getMessage() for r in caplog.records)
 
@@ -191,7 +191,7 @@ def test_ground_truth_to_str_rejects(value, error, message):
 def test_int_ground_truth_is_converted_and_logged(tmp_path, caplog):
     path = tmp_path / "int_gt.jsonl"
     write_jsonl([_row(), _row("What is 40 + 2?", 42), _row("What is 0.5 + 0?", 0.5)], path)
-    with caplog.at_level(logging.WARNING, logger="dapo_rllib.data"):
+    with caplog.at_level(logging.WARNING, logger="dapo_rllib.tasks.data"):
         problems = load_math_dataset(path)
     assert [p.ground_truth for p in problems] == ["2", "42", "0.5"]
     assert any("Converted 2 numeric ground truths" in r.getMessage() for r in caplog.records)

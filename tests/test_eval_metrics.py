@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from dapo_rllib.columns import Metrics
-from dapo_rllib.eval_metrics import ProblemSamples, k_values, majority_correct, pass_at_k, summarize
+from dapo_rllib.reporting.eval_metrics import ProblemSamples, k_values, majority_correct, pass_at_k, summarize
 
 
 def samples(acc, pred=None, source="math_dapo", length=None, truncated=None, timed_out=None):

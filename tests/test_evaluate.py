@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dapo_rllib.evaluate import evaluate
-from dapo_rllib.tables import format_table
+from dapo_rllib.cli.evaluate import evaluate
+from dapo_rllib.reporting.tables import format_table
 
 AIME = Path(__file__).resolve().parents[2] / "shared" / "data" / "aime-2024.parquet"
 RLLIB = str(Path(sys.executable).with_name("rllib"))
@@ -172,7 +172,7 @@ def test_a_model_directory_needs_data(tiny_model_path, tmp_path):
 
 @pytest.fixture(scope="module")
 def arithmetic_file(tmp_path_factory):
-    from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
+    from dapo_rllib.tasks.data import generate_arithmetic_problems, problem_to_row, write_jsonl
 
     path = tmp_path_factory.mktemp("arith") / "arithmetic-8.jsonl"
     write_jsonl(map(problem_to_row, generate_arithmetic_problems("test", 8)), path)

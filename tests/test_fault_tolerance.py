@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dapo_rllib.columns import Metrics
-from dapo_rllib.rl_module import hf_weights
+from dapo_rllib.models.rl_module import hf_weights
 from tests.stalling_env import KILL_WAIT_S, StallingMathEnv
 from tests.test_dapo_integration import CHECKED, learner_weights, tiny_config, unpadded
 

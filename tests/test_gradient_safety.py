@@ -10,8 +10,8 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 from test_learner import build_learner, token_batch, update
 
+from dapo_rllib.algorithm.deepspeed_learner import load_deepspeed_config
 from dapo_rllib.columns import Columns, Metrics
-from dapo_rllib.deepspeed_learner import load_deepspeed_config
 
 LEARNERS = {"plain": None, "ZeRO-2": {"zero_optimization": {"stage": 2}}, "ZeRO-3": {"zero_optimization": {"stage": 3}}}
 

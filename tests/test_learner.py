@@ -8,8 +8,8 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
+from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.columns import Columns, Metrics
-from dapo_rllib.dapo import DAPOConfig
 
 # The module ignores the spaces (its shapes come from the model); RLlib needs some to build it.
 SPACES = {DEFAULT_MODULE_ID: (gym.spaces.Box(0, 1, (1,)), gym.spaces.Box(0, 1, (1,)))}

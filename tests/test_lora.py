@@ -1,4 +1,4 @@
-"""LoRA (dapo_rllib.lora): adapters trained by PEFT in the learner, and only the adapters synced to the
+"""LoRA (dapo_rllib.models.lora): adapters trained by PEFT in the learner, and only the adapters synced to the
 vLLM engines, which sample from exactly the learner's policy after every sync."""
 
 import copy
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dapo_rllib.columns import Metrics
-from dapo_rllib.lora import adapter_tensors
+from dapo_rllib.models.lora import adapter_tensors
 from tests.test_dapo_integration import tiny_config
 
 # Large enough that one step moves the adapters by far more than float32 noise: an engine left with
@@ -97,7 +97,7 @@ def untied_model_path(tiny_model_path, tmp_path_factory):
     adapter can change alone: vLLM serves no adapter there."""
     from transformers import AutoTokenizer
 
-    from dapo_rllib.rl_module import load_causal_lm
+    from dapo_rllib.models.rl_module import load_causal_lm
 
     model = load_causal_lm(tiny_model_path)
     model.config.tie_word_embeddings = False
@@ -109,10 +109,10 @@ def untied_model_path(tiny_model_path, tmp_path_factory):
 
 
 def test_merged_weights_are_peft_merge(tiny_model_path):
-    from dapo_rllib.lora import MergedWeights, apply_lora
-    from dapo_rllib.rl_module import load_causal_lm
+    from dapo_rllib.models.lora import LoraSettings, MergedWeights, apply_lora
+    from dapo_rllib.models.rl_module import load_causal_lm
 
-    settings = {"rank": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear", "seed": 0}
+    settings = LoraSettings(rank=4, alpha=8)
     model = apply_lora(load_causal_lm(tiny_model_path), settings)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -129,8 +129,8 @@ def test_merged_weights_are_peft_merge(tiny_model_path):
 
 
 def test_adapters_vllm_cannot_serve_travel_merged(ray_session, untied_model_path):
-    from dapo_rllib.lora import MergedWeights
-    from dapo_rllib.rl_module import load_causal_lm
+    from dapo_rllib.models.lora import MergedWeights
+    from dapo_rllib.models.rl_module import load_causal_lm
 
     targets = ["q_proj", "v_proj", "lm_head"]
     config = tiny_config(untied_model_path, **LORA, lora_target_modules=targets).env_runners(num_env_runners=1)
@@ -198,11 +198,11 @@ def test_bad_lora_settings(tiny_model_path, settings, error):
 
 
 def test_target_modules_that_match_nothing_name_the_models_linear_layers(tiny_model_path):
-    from dapo_rllib.lora import apply_lora
-    from dapo_rllib.rl_module import load_causal_lm
+    from dapo_rllib.models.lora import LoraSettings, apply_lora
+    from dapo_rllib.models.rl_module import load_causal_lm
 
     model = load_causal_lm(tiny_model_path)
-    settings = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["qkv"], "seed": 0}
+    settings = LoraSettings(rank=8, target_modules=["qkv"])
     with pytest.raises(
         ValueError,
         match=r"lora_target_modules=\['qkv'\] match no layer of the model; its linear layers are \['down_proj', 'gate_proj', 'k_proj', 'lm_head', 'o_proj', 'q_proj', 'up_proj', 'v_proj'\]",
@@ -249,7 +249,7 @@ def test_export_merges_the_adapters_into_a_plain_model(lora_checkpoint, tmp_path
     import torch
     from transformers import AutoModelForCausalLM
 
-    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
+    from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
 
     path, logits = lora_checkpoint
     merged = AutoModelForCausalLM.from_pretrained(export_hf_model_from_checkpoint(path, tmp_path / "merged"))
@@ -261,8 +261,8 @@ def test_export_merges_the_adapters_into_a_plain_model(lora_checkpoint, tmp_path
 def test_a_checkpoint_holds_the_adapters_not_a_copy_of_the_base(lora_checkpoint, tiny_model_path):
     from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 
-    from dapo_rllib.checkpoints import policy_module_path
-    from dapo_rllib.rl_module import CausalLMRLModule, is_adapter_key
+    from dapo_rllib.algorithm.checkpoints import policy_module_path
+    from dapo_rllib.models.rl_module import CausalLMRLModule, is_adapter_key
 
     saved = RLModule.from_checkpoint(policy_module_path(lora_checkpoint[0]))
     state = saved.get_state()
@@ -290,10 +290,10 @@ def test_export_writes_a_peft_adapter_that_evaluate_takes(lora_checkpoint, tmp_p
     import torch
     from peft import PeftModel
 
-    from dapo_rllib.checkpoints import export_hf_model_from_checkpoint
-    from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
-    from dapo_rllib.evaluate import evaluate
-    from dapo_rllib.rl_module import load_causal_lm
+    from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
+    from dapo_rllib.cli.evaluate import evaluate
+    from dapo_rllib.models.rl_module import load_causal_lm
+    from dapo_rllib.tasks.data import generate_arithmetic_problems, problem_to_row, write_jsonl
 
     path, logits = lora_checkpoint
     adapter = export_hf_model_from_checkpoint(path, tmp_path / "adapter", merge=False)

@@ -1,4 +1,4 @@
-"""Tests for dapo_rllib.rewards.math_dapo.
+"""Tests for dapo_rllib.tasks.rewards.math_dapo.
 
 Every expected value below was worked out by hand from the reference scorer,
 verl/utils/reward_score/math_dapo.py (volcengine/verl), step by step: last 300
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from dapo_rllib.rewards.math_dapo import compute_score, normalize_final_answer
+from dapo_rllib.tasks.rewards.math_dapo import compute_score, normalize_final_answer
 
 PROMPTISH = "Let me work through this step by step.\nSo the total is 540.\n"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import naive_scorers
 import pytest
 
-from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
+from dapo_rllib.tasks.data import generate_arithmetic_problems, problem_to_row, write_jsonl
 from envs import MathEnv
 
 
@@ -89,7 +89,7 @@ def test_scorer_for_all_data_sources(tmp_path):
 
 def test_scorer_per_data_source(tmp_path):
     path, problems = _mixed_source_file(tmp_path)
-    by_import_path = "dapo_rllib.rewards.math_verify_scorer:compute_score"
+    by_import_path = "dapo_rllib.tasks.rewards.math_verify_scorer:compute_score"
     env = MathEnv({"dataset": str(path), "scorer": {"math_dapo": by_import_path}})
     infos = _step_infos(env, _with_trailing_period)
     assert [(i["data_source"], i["scorer"], i["acc"]) for i in infos] == [

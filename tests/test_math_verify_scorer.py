@@ -1,11 +1,11 @@
-"""Tests for dapo_rllib.rewards.math_verify_scorer (symbolic answer checking)."""
+"""Tests for dapo_rllib.tasks.rewards.math_verify_scorer (symbolic answer checking)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dapo_rllib.rewards import math_dapo
-from dapo_rllib.rewards.math_verify_scorer import RESPONSE_WINDOW_CHARS, compute_score
+from dapo_rllib.tasks.rewards import math_dapo
+from dapo_rllib.tasks.rewards.math_verify_scorer import RESPONSE_WINDOW_CHARS, compute_score
 
 REASONING = "Let me work through this step by step.\nSo the total is 540.\n"
 

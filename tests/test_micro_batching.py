@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from dapo_rllib.algorithm.micro_batching import padding_fraction, plan_for_batch, plan_micro_batches, take
 from dapo_rllib.columns import Columns
-from dapo_rllib.micro_batching import padding_fraction, plan_for_batch, plan_micro_batches, take
 
 
 def test_every_sequence_lands_in_exactly_one_micro_batch_within_the_budget():
@@ -61,7 +61,7 @@ def test_take_trims_only_padding():
 def test_each_learner_gets_whole_groups_and_the_same_number_of_mini_batches(ray_session):
     import ray
 
-    from dapo_rllib.dapo import DAPOConfig, learner_data
+    from dapo_rllib.algorithm.dapo import DAPOConfig, learner_data
 
     config = DAPOConfig().training(group_size=4, train_batch_size_prompts=8, minibatch_size_prompts=4)
     groups = [[f"g{g}e{e}" for e in range(4)] for g in range(8)]

@@ -18,14 +18,14 @@ import pytest
 import ray
 from ray.rllib.core import DEFAULT_MODULE_ID
 
-from dapo_rllib.chat_turns import TurnRenderer
+from dapo_rllib.algorithm.connectors import PadTokenBatch
 from dapo_rllib.columns import Columns, Extras, Metrics
-from dapo_rllib.connectors import PadTokenBatch
-from dapo_rllib.env_runner import TRAIN_STREAM
-from dapo_rllib.progress import summary_line
-from dapo_rllib.rollout import EndReason
-from dapo_rllib.tensorboard import readable_scalars
-from dapo_rllib.vllm_engine import request_seed, sampling_params
+from dapo_rllib.reporting.progress import summary_line
+from dapo_rllib.reporting.tensorboard import readable_scalars
+from dapo_rllib.rollout.chat_turns import TurnRenderer
+from dapo_rllib.rollout.env_runner import TRAIN_STREAM
+from dapo_rllib.rollout.turn_loop import EndReason
+from dapo_rllib.rollout.vllm_engine import request_seed, sampling_params
 from tests.test_dapo_integration import tiny_config
 
 README = Path(__file__).parents[1] / "README.md"

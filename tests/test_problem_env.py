@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from dapo_rllib.data import generate_arithmetic_problems, problem_to_row, write_jsonl
-from dapo_rllib.data.code_arithmetic import generate_code_tasks, reference_solution
-from dapo_rllib.data.code_tasks import task_to_row
+from dapo_rllib.tasks.data import generate_arithmetic_problems, problem_to_row, write_jsonl
+from dapo_rllib.tasks.data.code_arithmetic import generate_code_tasks, reference_solution
+from dapo_rllib.tasks.data.code_tasks import task_to_row
 from envs import CodeEnv, MathEnv, ProblemEnv
 
 

@@ -17,11 +17,11 @@ import time
 
 import pytest
 
-from dapo_rllib.data.code_tasks import CodeTask
-from dapo_rllib.rewards import data_values
-from dapo_rllib.rewards.code import judge_code_many
-from dapo_rllib.rewards.data_values import NotData
-from dapo_rllib.sandbox import Sandbox, SandboxLimits
+from dapo_rllib.tasks.data.code_tasks import CodeTask
+from dapo_rllib.tasks.rewards import data_values
+from dapo_rllib.tasks.rewards.code import judge_code_many
+from dapo_rllib.tasks.rewards.data_values import NotData
+from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits
 
 TIMEOUT_S = 2.0
 # The judge's bound on a task: the candidate's and the test program's budgets, and the stops.
@@ -268,8 +268,8 @@ LEAK_CHECK = """
 import os, sys
 sys.path[:0] = [{tests!r}, {root!r}]
 from test_program_judge import ADD, HOSTILE_TEST_PROGRAMS, LIMITS, _task
-from dapo_rllib.rewards.code import judge_code_many
-from dapo_rllib.sandbox import Sandbox
+from dapo_rllib.tasks.rewards.code import judge_code_many
+from dapo_rllib.tasks.sandbox import Sandbox
 
 def children():
     found = set()

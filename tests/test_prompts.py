@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from dapo_rllib.data import DAPO_PROMPT_TEMPLATE, has_chat_template, render_prompt_ids
-from dapo_rllib.data.arithmetic import DAPO_PROMPT_TEMPLATE as ARITHMETIC_MODULE_TEMPLATE
+from dapo_rllib.tasks.data import DAPO_PROMPT_TEMPLATE, has_chat_template, render_prompt_ids
+from dapo_rllib.tasks.data.arithmetic import DAPO_PROMPT_TEMPLATE as ARITHMETIC_MODULE_TEMPLATE
 
 MESSAGES = (
     {"role": "system", "content": "Be brief."},

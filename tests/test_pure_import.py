@@ -10,7 +10,7 @@ class Block:
         if name.split('.')[0] in ('ray', 'vllm'):
             raise ModuleNotFoundError('blocked for this test: ' + name)
 sys.meta_path.insert(0, Block())
-import dapo_rllib.core_algos as ca
+import dapo_rllib.algorithm.core_algos as ca
 import torch
 loss, _ = ca.compute_policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2))
 print(float(loss))

@@ -6,9 +6,9 @@ the same log-probs, entropies and gradients."""
 import pytest
 import torch
 
-from dapo_rllib import rl_module
 from dapo_rllib.columns import Columns
-from dapo_rllib.core_algos import entropy_from_logits
+from dapo_rllib.models import rl_module
+from dapo_rllib.models.rl_module import entropy_from_logits
 
 TEMPERATURE = 0.7
 

@@ -7,8 +7,8 @@ import ray
 from ray.rllib.algorithms.algorithm import Algorithm
 
 from dapo_rllib.columns import Metrics
-from dapo_rllib.progress import summary_line
-from dapo_rllib.rl_module import hf_weights
+from dapo_rllib.models.rl_module import hf_weights
+from dapo_rllib.reporting.progress import summary_line
 from tests.test_dapo_integration import CHECKED, engine_weights, learner_weights, tiny_config, unpadded
 
 # 100 kB buckets: the tiny model's embedding (303 x 128 floats) and MLP matrices do not fit one,

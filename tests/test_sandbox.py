@@ -1,4 +1,4 @@
-"""Adversarial tests for dapo_rllib.sandbox: real hostile programs, run for real.
+"""Adversarial tests for dapo_rllib.tasks.sandbox: real hostile programs, run for real.
 
 Each attack must be contained, end within its timeout plus a margin, and leave the machine
 as it was: no process of the run left (every program tags its processes with a unique
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from dapo_rllib.sandbox import BWRAP_ENV, REPORT_FD, Sandbox, SandboxLimits
+from dapo_rllib.tasks.sandbox import BWRAP_ENV, REPORT_FD, Sandbox, SandboxLimits
 
 LIMITS = SandboxLimits(timeout_s=3.0, memory_mb=256, file_size_mb=8, output_bytes=1 << 20)
 # Start-up and clean-up on a busy machine, on top of the timeout.

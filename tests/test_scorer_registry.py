@@ -1,4 +1,4 @@
-"""Tests for the scorer registry in dapo_rllib.rewards."""
+"""Tests for the scorer registry in dapo_rllib.tasks.rewards."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from dapo_rllib.rewards import DEFAULT_SCORER_BY_SOURCE, load_scorer, math_dapo, math_verify_scorer, scorer_for
+from dapo_rllib.tasks.rewards import DEFAULT_SCORER_BY_SOURCE, load_scorer, math_dapo, math_verify_scorer, scorer_for
 
 
 def test_registered_names_load_their_functions():
     assert load_scorer("math_dapo") is math_dapo.compute_score
     assert load_scorer("math_verify") is math_verify_scorer.compute_score
-    assert load_scorer("dapo_rllib.rewards.math_dapo:compute_score") is math_dapo.compute_score
+    assert load_scorer("dapo_rllib.tasks.rewards.math_dapo:compute_score") is math_dapo.compute_score
     # Every default must be a loadable scorer.
     for spec in DEFAULT_SCORER_BY_SOURCE.values():
         assert callable(load_scorer(spec))
@@ -23,10 +23,13 @@ def test_registered_names_load_their_functions():
     ("spec", "message"),
     [
         ("math_dapp", r"unknown scorer 'math_dapp'.*\['math_dapo', 'math_verify'\]"),
-        ("dapo_rllib.rewards.math_dapo", "unknown scorer 'dapo_rllib.rewards.math_dapo'.*package.module:function"),
+        (
+            "dapo_rllib.tasks.rewards.math_dapo",
+            "unknown scorer 'dapo_rllib.tasks.rewards.math_dapo'.*package.module:function",
+        ),
         ("no_such_package.scorers:score", "no module named 'no_such_package.scorers'"),
-        ("dapo_rllib.rewards.math_dapo:no_such_function", "has no function 'no_such_function'"),
-        ("dapo_rllib.rewards.math_dapo:RESPONSE_WINDOW_CHARS", "has no function 'RESPONSE_WINDOW_CHARS'"),
+        ("dapo_rllib.tasks.rewards.math_dapo:no_such_function", "has no function 'no_such_function'"),
+        ("dapo_rllib.tasks.rewards.math_dapo:RESPONSE_WINDOW_CHARS", "has no function 'RESPONSE_WINDOW_CHARS'"),
         (":compute_score", "unknown scorer ':compute_score'"),
     ],
 )
@@ -73,7 +76,7 @@ class Block:
         if name.split('.')[0] in ('ray', 'torch', 'vllm'):
             raise ModuleNotFoundError('blocked for this test: ' + name)
 sys.meta_path.insert(0, Block())
-from dapo_rllib.rewards import load_scorer
+from dapo_rllib.tasks.rewards import load_scorer
 print(load_scorer('math_dapo')('Answer: 5', '5')['score'])
 """
 

@@ -1,4 +1,4 @@
-"""Tests for dapo_rllib.rewards.scoring_process (scoring in a killable child process).
+"""Tests for dapo_rllib.tasks.rewards.scoring_process (scoring in a killable child process).
 
 Each child start costs a few seconds (``import dapo_rllib`` imports Ray), so the tests
 share one ScoringProcess and only the tests about restarts make it start new children.
@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import naive_scorers
 import pytest
 
-from dapo_rllib.rewards import load_scorer
-from dapo_rllib.rewards.scoring_process import TIMED_OUT, ScoreOutcome, ScoringProcess, shared_scoring_process
-from dapo_rllib.rewards.text import as_text
+from dapo_rllib.tasks.rewards import load_scorer
+from dapo_rllib.tasks.rewards.scoring_process import TIMED_OUT, ScoreOutcome, ScoringProcess, shared_scoring_process
+from dapo_rllib.tasks.rewards.text import as_text
 
 # Ample for the well-behaved scorers, even on a busy 2-core machine.
 TIMEOUT_S = 2.0

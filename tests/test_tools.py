@@ -1,4 +1,4 @@
-"""Tools (dapo_rllib.tools): reading calls from the model's text, running them, and every way a call fails
+"""Tools (dapo_rllib.tasks.tools): reading calls from the model's text, running them, and every way a call fails
 coming back to the model as a message, counted by kind; the python tool in the real sandbox; a problem
 environment that offers tools."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from dapo_rllib.sandbox import Sandbox, SandboxLimits
-from dapo_rllib.tools import (
+from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits
+from dapo_rllib.tasks.tools import (
     PYTHON_PARAMETERS,
     HermesToolParser,
     Tool,
@@ -72,11 +72,11 @@ def test_a_malformed_call_is_read_as_one_with_its_reason(text, error):
 
 def test_the_parser_setting_takes_a_name_or_an_import_path():
     assert isinstance(load_tool_call_parser("hermes"), HermesToolParser)
-    assert isinstance(load_tool_call_parser("dapo_rllib.tools:HermesToolParser"), HermesToolParser)
+    assert isinstance(load_tool_call_parser("dapo_rllib.tasks.tools:HermesToolParser"), HermesToolParser)
     with pytest.raises(ValueError, match=r"tool_call_format must be one of \['hermes'\].*got 'json'"):
         load_tool_call_parser("json")
-    with pytest.raises(ValueError, match="'dapo_rllib.tools:Nope' cannot be loaded"):
-        load_tool_call_parser("dapo_rllib.tools:Nope")
+    with pytest.raises(ValueError, match="'dapo_rllib.tasks.tools:Nope' cannot be loaded"):
+        load_tool_call_parser("dapo_rllib.tasks.tools:Nope")
     with pytest.raises(ValueError, match="needs a parse\\(text\\) method and a tuple of stop strings"):
         load_tool_call_parser("collections:OrderedDict")
 
@@ -206,7 +206,7 @@ def test_a_step_takes_text_or_an_assistant_message(sandbox):
     env.reset()
     with pytest.raises(TypeError, match="takes a turn's text or an assistant message"):
         env.step({"role": "user", "content": "hi"})
-    with pytest.raises(TypeError, match="tool_calls must be dapo_rllib.tools.ToolCall objects"):
+    with pytest.raises(TypeError, match="tool_calls must be dapo_rllib.tasks.tools.ToolCall objects"):
         env.step({"role": "assistant", "content": "", "tool_calls": [{"name": "python"}]})
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from dapo_rllib.weight_sync import BucketAssembler, ObjectStoreTransport, Piece, bucket_tensors, plan_buckets
+from dapo_rllib.rollout.weight_sync import BucketAssembler, ObjectStoreTransport, Piece, bucket_tensors, plan_buckets
 
 PARAMS = {
     "embed": torch.arange(40 * 8, dtype=torch.float32).reshape(40, 8),  # 1280 bytes

@@ -1,7 +1,7 @@
 """The registered algorithms side by side: DAPO, GRPO, Dr. GRPO, GSPO, CISPO, RLOO and REINFORCE++
 x seeds on the ablation's scratchpad-sums task, as one Ray Tune grid.
 
-Each algorithm runs with its own config class's defaults (its paper's: `dapo_rllib.algorithms`)
+Each algorithm runs with its own config class's defaults (its paper's: `dapo_rllib.algorithm.family`)
 over the same task settings as the ablation (16 prompts x 8 completions per step, 4 optimizer
 steps, 64-token responses, lr 1e-4), from the same warm-started tiny model, 40 iterations, with
 `--seeds` seeds (default 3). Every trial takes one CPU, so a 2-core machine runs two at once: 21
@@ -19,11 +19,11 @@ the run directory.
 import argparse
 
 import dapo_rllib  # noqa: F401  (registers the algorithms and "dapo_math")
-from dapo_rllib.ablation import METRIC, SEEDS, SOFT_OVERLONG_BUFFER, TARGET, sums_task_config
-from dapo_rllib.algorithm_comparison import comparison_search_space, write_report
-from dapo_rllib.algorithms import ALGORITHMS, algorithm_class
-from dapo_rllib.comparison_grid import print_report
-from dapo_rllib.train import TrainOptions, add_train_options, train
+from dapo_rllib.algorithm.family import ALGORITHMS, algorithm_class
+from dapo_rllib.cli.train import TrainOptions, add_train_options, train
+from dapo_rllib.experiments.ablation import METRIC, SEEDS, SOFT_OVERLONG_BUFFER, TARGET, sums_task_config
+from dapo_rllib.experiments.algorithm_comparison import comparison_search_space, write_report
+from dapo_rllib.experiments.comparison_grid import print_report
 
 base = sums_task_config()
 config = comparison_search_space(base, seeds=SEEDS, soft_overlong_buffer=SOFT_OVERLONG_BUFFER)

@@ -27,8 +27,8 @@ What differs from full fine-tuning, and why:
 import os
 
 import dapo_rllib  # noqa: F401
-from dapo_rllib.dapo import DAPOConfig
-from dapo_rllib.train import run_example
+from dapo_rllib.algorithm.dapo import DAPOConfig
+from dapo_rllib.cli.train import run_example
 
 config = (
     DAPOConfig()

@@ -21,8 +21,8 @@ project has measured its learner only on CPU, see the README's "Learner at scale
 import os
 
 import dapo_rllib  # noqa: F401
-from dapo_rllib.dapo import DAPOConfig
-from dapo_rllib.train import run_example
+from dapo_rllib.algorithm.dapo import DAPOConfig
+from dapo_rllib.cli.train import run_example
 
 config = (
     DAPOConfig()

@@ -21,7 +21,7 @@ this project has measured its learner only on CPU, see the README's "Learner at 
 import os
 from pathlib import Path
 
-from dapo_rllib.train import load_config_file, run_example
+from dapo_rllib.cli.train import load_config_file, run_example
 
 reference, stop, _ = load_config_file(Path(__file__).with_name("qwen2_5_32b_dapo_math.py"))
 config = (

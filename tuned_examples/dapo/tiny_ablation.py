@@ -1,7 +1,7 @@
 """The DAPO paper's ablation, small: six cumulative stages x seeds on the scratchpad-sums task.
 
 Naive GRPO, then + overlong filtering, + clip-higher, + soft overlong punishment, + token-level
-loss, + dynamic sampling (dapo_rllib.ablation.STAGES), each from the same tiny model with
+loss, + dynamic sampling (dapo_rllib.experiments.ablation.STAGES), each from the same tiny model with
 `--seeds` seeds (default 3), as one Ray Tune grid. Every trial takes one CPU (the env runner's
 vLLM engine and the learner share the trial's process), so a 2-core machine runs two at once.
 When the grid has run, `ablation.md` (a row per stage) and `ablation.png` (curves per stage,
@@ -22,7 +22,8 @@ The warm start imitates three ways of answering: the scratchpad "47+5=52", the s
 import argparse
 
 import dapo_rllib  # noqa: F401  (registers the algorithms and "dapo_math")
-from dapo_rllib.ablation import (
+from dapo_rllib.cli.train import TrainOptions, add_train_options, train
+from dapo_rllib.experiments.ablation import (
     METRIC,
     SEEDS,
     SOFT_OVERLONG_BUFFER,
@@ -31,8 +32,7 @@ from dapo_rllib.ablation import (
     sums_task_config,
     write_report,
 )
-from dapo_rllib.comparison_grid import print_report
-from dapo_rllib.train import TrainOptions, add_train_options, train
+from dapo_rllib.experiments.comparison_grid import print_report
 
 base = sums_task_config()
 config = ablation_search_space(base, seeds=SEEDS, soft_overlong_buffer=SOFT_OVERLONG_BUFFER)

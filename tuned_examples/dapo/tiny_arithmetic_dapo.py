@@ -15,8 +15,8 @@ bite), and a learning rate suited to a 1M-parameter model.
 """
 
 import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_math")
-from dapo_rllib.dapo import DAPOConfig
-from dapo_rllib.train import run_example
+from dapo_rllib.algorithm.dapo import DAPOConfig
+from dapo_rllib.cli.train import run_example
 
 config = (
     DAPOConfig()

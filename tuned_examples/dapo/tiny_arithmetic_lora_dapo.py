@@ -2,7 +2,7 @@
 
 Rank-8 adapters on every linear layer of the tiny model's decoder (PEFT), the base frozen; after
 each step only the adapters travel to the vLLM engine, which serves the base model with them
-(dapo_rllib/lora.py). Adapters need a larger learning rate than full fine-tuning: 1e-3 here, ten
+(dapo_rllib/models/lora.py). Adapters need a larger learning rate than full fine-tuning: 1e-3 here, ten
 times the main job's. Ends like the main job, with `validation arithmetic/avg@4: <before> -> <after>`.
 
     python tuned_examples/dapo/tiny_arithmetic_lora_dapo.py --no-tune
@@ -10,7 +10,7 @@ times the main job's. Ends like the main job, with `validation arithmetic/avg@4:
 
 from pathlib import Path
 
-from dapo_rllib.train import load_config_file, run_example
+from dapo_rllib.cli.train import load_config_file, run_example
 
 base = load_config_file(Path(__file__).with_name("tiny_arithmetic_dapo.py"))
 config = base.config.copy(copy_frozen=False).training(lora_rank=8, lr=1e-3)

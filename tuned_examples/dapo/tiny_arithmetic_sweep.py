@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ray import tune
 
-from dapo_rllib.train import load_config_file, run_example
+from dapo_rllib.cli.train import load_config_file, run_example
 
 ITERATIONS = 12
 

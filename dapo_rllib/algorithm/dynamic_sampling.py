@@ -1,0 +1,278 @@
+"""Dynamic sampling (docs/algorithm.md §2.2): generation rounds until a step has enough informative groups.
+
+`GroupSampler` is the algorithm's side of sampling. It owns the training data's position (the
+draw order) and numbers the groups, so that a replaced env runner neither restarts nor repeats
+the epoch and a group's sampling seed follows from its id alone. Each round draws the next
+problems, has the env runners sample and score them (the `sample` callable, see
+`dapo_rllib.rollout.env_runner_group`), and keeps the groups whose `filter_metric` varies: a group all
+right or all wrong has zero advantage everywhere and would only dilute the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, TIMERS
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+from dapo_rllib.algorithm import core_algos
+from dapo_rllib.algorithm.connectors import episode_value
+from dapo_rllib.columns import Extras, Metrics
+from dapo_rllib.rollout.turn_loop import EndReason
+from dapo_rllib.settings import FeatureSettings, is_positive_int, require
+from dapo_rllib.tasks.problem_env import DrawOrder
+from dapo_rllib.tasks.tools import ToolErrorKind
+
+logger = logging.getLogger(__name__)
+
+FILTER_METRICS = {"acc": Extras.ACC, "score": Extras.SCORE}  # filter_metric setting -> episode extra
+DRAW_ORDER = "draw_order"  # checkpoint key: the training data's position and the next group id
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingSettings(FeatureSettings):
+    """Groups and dynamic sampling (docs/design/algorithm.md §2.2), `DAPOConfig.training`.
+
+    Attributes:
+        group_size: G, completions sampled per prompt. Reference 16.
+        train_batch_size_prompts: Prompts (groups) per training step. Reference 512.
+        gen_batch_size_prompts: Prompts per generation round. Reference 1536.
+        max_num_gen_batches: Generation rounds allowed per step before dynamic sampling gives up.
+            Reference 10.
+        dynamic_sampling: Keep only groups whose `filter_metric` varies. Off: one round of
+            `train_batch_size_prompts` prompts, every group kept.
+        filter_metric: "acc" (correctness, reference) or "score" (the verifier's reward, before
+            length shaping).
+        filter_band: (low, high): dynamic sampling also drops groups whose mean `filter_metric` is not
+            strictly inside it (e.g. (0.1, 0.9): nearly solved or nearly failed prompts). None
+            (default): no band.
+        filter_min_std: Dynamic sampling also drops groups whose `filter_metric` has a population std
+            below this. Default 0.0: any spread.
+        train_on_partial_batch: When the round cap is hit, train on the groups collected (trimmed to
+            whole mini-batches) instead of raising.
+    """
+
+    group_size: int = 16
+    train_batch_size_prompts: int = 512
+    gen_batch_size_prompts: int = 1536
+    max_num_gen_batches: int = 10
+    dynamic_sampling: bool = True
+    filter_metric: str = "acc"
+    filter_band: tuple[float, float] | None = None
+    filter_min_std: float = 0.0
+    train_on_partial_batch: bool = False
+
+    def validate(self) -> None:
+        require(
+            is_positive_int(self.group_size) and self.group_size >= 2,
+            f"group_size={self.group_size} must be >= 2: a group of one has zero advantage",
+        )
+        for name in ("train_batch_size_prompts", "gen_batch_size_prompts", "max_num_gen_batches"):
+            require(is_positive_int(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer")
+        require(
+            self.filter_metric in FILTER_METRICS,
+            f"filter_metric={self.filter_metric!r}; expected one of {sorted(FILTER_METRICS)}",
+        )
+        require(
+            self.filter_band is None or (len(self.filter_band) == 2 and self.filter_band[0] < self.filter_band[1]),
+            f"filter_band={self.filter_band!r} must be (low, high) with low < high, or None",
+        )
+        require(
+            isinstance(self.filter_min_std, (int, float)) and self.filter_min_std >= 0,
+            f"filter_min_std={self.filter_min_std!r} must be >= 0",
+        )
+
+
+# (problem index, group id) requests -> [(episodes, env runner metrics, timing)] of the env runners
+SampleFn = Callable[[list[tuple[int, int]], MetricsLogger], list[tuple[list, Any, dict]]]
+
+
+class GroupSampler:
+    def __init__(self, config, sample: SampleFn, draw_order: DrawOrder):
+        self.config = config
+        self._sample = sample
+        self._draw_order = draw_order
+        self._next_group_id = 0
+
+    def collect(self, metrics: MetricsLogger) -> list[list]:
+        """Generation rounds until `train_batch_size_prompts` informative groups (or one round of
+        that many prompts without dynamic sampling); their metrics go to `metrics`."""
+        cfg = self.config
+        kept: list[list] = []
+        generated: list[list] = []
+        rounds = 0
+        metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_RUNNERS_LOST), 0, reduce="sum")
+        num_prompts = cfg.gen_batch_size_prompts if cfg.dynamic_sampling else cfg.train_batch_size_prompts
+        while len(kept) < cfg.train_batch_size_prompts and rounds < cfg.max_num_gen_batches:
+            rounds += 1
+            groups = group_episodes(self._round(num_prompts, metrics))
+            generated.extend(groups)
+            groups = without_broken_tasks(groups)
+            if not cfg.dynamic_sampling:
+                kept.extend(groups)
+                break
+            kept.extend(
+                informative_groups(groups, FILTER_METRICS[cfg.filter_metric], cfg.filter_band, cfg.filter_min_std)
+            )
+            scored = sum(len(g) for g in groups)
+            print(
+                f"[DAPO] generation round {rounds}: {scored} samples scored, "
+                f"{len(kept)} informative groups (need {cfg.train_batch_size_prompts})",
+                flush=True,
+            )
+
+        generation_s = metrics.peek((TIMERS, Metrics.GENERATION_S))
+        tokens_per_s = metrics.peek((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS)) / max(generation_s, 1e-9)
+        metrics.log_value((TIMERS, Metrics.GENERATION_TOKENS_PER_S), tokens_per_s, window=1)
+        informative = len(kept)
+        if informative < cfg.train_batch_size_prompts:
+            kept = self._partial_batch_or_raise(kept, generated, rounds)
+        kept = kept[: cfg.train_batch_size_prompts]
+        self._log_rollout_metrics(generated, informative, len(kept), rounds, metrics)
+        return kept
+
+    def collect_apart(self) -> tuple[list[list], dict]:
+        """`collect` with a logger of its own, returned reduced, to be merged into the algorithm's
+        with `aggregate` by the main thread: safe in async_rollout's generation thread (RLlib's
+        MetricsLogger is not thread-safe), and used for every collection of an async run, since a
+        key cannot be both logged and merged into. Its rollout metrics are of the batch
+        generated, trained the step after."""
+        metrics = MetricsLogger(root=True)
+        groups = self.collect(metrics)
+        return groups, metrics.reduce()
+
+    def _round(self, num_prompts: int, metrics: MetricsLogger) -> list:
+        """One generation round: the next `num_prompts` problems of the draw order."""
+        first = self._next_group_id
+        self._next_group_id += num_prompts
+        requests = list(zip(self._draw_order.take(num_prompts), range(first, first + num_prompts)))
+        out = self._sample(requests, metrics)
+        metrics.aggregate([m for _, m, _ in out], key=ENV_RUNNER_RESULTS)
+        # Runners generate in parallel: a round takes as long as its slowest runner.
+        for key in (Metrics.GENERATION_S, Metrics.TOOL_S, Metrics.SCORING_S):
+            metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
+        tokens = sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out)
+        metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), tokens, reduce="sum")
+        return [ep for episodes, _, _ in out for ep in episodes]
+
+    def _partial_batch_or_raise(self, kept: list, generated: list, rounds: int) -> list:
+        cfg = self.config
+        fraction = len(kept) / max(len(generated), 1)
+        whole = (len(kept) // cfg.minibatch_size_prompts) * cfg.minibatch_size_prompts or len(kept) - len(kept) % max(
+            cfg.num_learners, 1
+        )
+        if not cfg.train_on_partial_batch or not whole:
+            raise RuntimeError(
+                f"Dynamic sampling collected {len(kept)} of train_batch_size_prompts="
+                f"{cfg.train_batch_size_prompts} informative groups in max_num_gen_batches="
+                f"{cfg.max_num_gen_batches} generation rounds: only {fraction:.1%} of the "
+                f"{len(generated)} generated groups had a varying '{cfg.filter_metric}'. The data "
+                "may be too easy or too hard for the model. Raise max_num_gen_batches or "
+                "gen_batch_size_prompts, or set train_on_partial_batch=True to train on what was "
+                "collected."
+            )
+        print(
+            f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)", flush=True
+        )
+        return kept[:whole]
+
+    def _log_rollout_metrics(
+        self, generated: list[list], informative: int, trained: int, rounds: int, metrics: MetricsLogger
+    ) -> None:
+        episodes = [ep for g in generated for ep in g]
+        model_tokens = np.array([sum(len(ep.get_actions(t)) for t in range(len(ep))) for ep in episodes])
+        env_tokens = np.array([episode_value(ep, Extras.ENV_TOKENS) for ep in episodes])
+        lengths = model_tokens + env_tokens
+        turns = np.array([episode_value(ep, Extras.TURNS) for ep in episodes])
+        accs = [np.array([episode_value(ep, Extras.ACC) for ep in g]) for g in generated]
+        values = {
+            Metrics.GENERATION_ROUNDS: rounds,
+            Metrics.GROUPS_GENERATED: len(generated),
+            Metrics.GROUPS_KEPT: trained,
+            Metrics.GROUPS_KEPT_FRACTION: informative / max(len(generated), 1),
+            Metrics.PARTIAL_BATCH: int(trained < self.config.train_batch_size_prompts),
+            Metrics.GROUPS_ALL_CORRECT_FRACTION: float(np.mean([a.min() == 1 for a in accs])),
+            Metrics.GROUPS_ALL_WRONG_FRACTION: float(np.mean([a.max() == 0 for a in accs])),
+            Metrics.TRUNCATION_RATIO: float(np.mean([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])),
+            Metrics.SCORING_TIMEOUTS: sum(bool(episode_value(ep, Extras.SCORE_TIMED_OUT)) for ep in episodes),
+            Metrics.BROKEN_TASKS: sum(any(episode_value(ep, Extras.BROKEN_TASK) for ep in g) for g in generated),
+            Metrics.RESPONSE_LENGTH_MEAN: float(lengths.mean()),
+            Metrics.RESPONSE_LENGTH_MAX: int(lengths.max()),
+            Metrics.REWARD_MEAN: float(np.mean([ep.get_return() for ep in episodes])),
+            Metrics.SCORE_MEAN: float(np.mean([episode_value(ep, Extras.SCORE) for ep in episodes])),
+            Metrics.ACC_MEAN: float(np.mean([episode_value(ep, Extras.ACC) for ep in episodes])),
+            Metrics.TURNS_MEAN: float(turns.mean()),
+            Metrics.TURNS_MAX: int(turns.max()),
+            Metrics.TOOL_CALLS: float(np.mean([episode_value(ep, Extras.TOOL_CALLS) for ep in episodes])),
+            Metrics.MODEL_TOKENS_MEAN: float(model_tokens.mean()),
+            Metrics.ENV_TOKENS_MEAN: float(env_tokens.mean()),
+        }
+        for key, value in values.items():
+            metrics.log_value((Metrics.ROLLOUT, key), value, window=1)
+        end_reasons = [episode_value(ep, Extras.END_REASON) for ep in episodes]
+        for reason in EndReason:
+            share = end_reasons.count(str(reason)) / len(episodes)
+            metrics.log_value((Metrics.ROLLOUT, Metrics.ENDED_BY, str(reason)), share, window=1)
+        errors: dict[str, int] = {str(kind): 0 for kind in ToolErrorKind}
+        for ep in episodes:
+            for kind, count in episode_value(ep, Extras.TOOL_ERRORS).items():
+                errors[kind] = errors.get(kind, 0) + count
+        for kind, count in errors.items():
+            metrics.log_value((Metrics.ROLLOUT, Metrics.TOOL_ERRORS, kind), count, window=1)
+
+    # ----- state: the training data's position ---------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        return {DRAW_ORDER: {"order": self._draw_order.get_state(), "next_group_id": self._next_group_id}}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if DRAW_ORDER not in state:
+            return
+        order = DrawOrder.from_state(state[DRAW_ORDER]["order"])
+        if order.num_problems != self._draw_order.num_problems:
+            raise ValueError(
+                f"the checkpoint's training data has {order.num_problems} problems, this run's env has "
+                f"{self._draw_order.num_problems}: resume with the dataset it was trained on"
+            )
+        self._draw_order, self._next_group_id = order, state[DRAW_ORDER]["next_group_id"]
+
+
+def group_episodes(episodes: list) -> list[list]:
+    """Episodes grouped by prompt, in first-seen order."""
+    groups: dict[int, list] = defaultdict(list)
+    for ep in episodes:
+        groups[int(episode_value(ep, Extras.GROUP_ID))].append(ep)
+    return list(groups.values())
+
+
+def without_broken_tasks(groups: list[list]) -> list[list]:
+    """The groups whose task's tests work: a broken task (tests that fail whatever the answer, see
+    `dapo_rllib.tasks.rewards.program_judge`) says nothing about the answers, so it is not trained on;
+    each one dropped is logged as a warning with why, and counted (rollout/broken_tasks)."""
+    healthy = []
+    for group in groups:
+        why = next((episode_value(ep, Extras.BROKEN_TASK) for ep in group if episode_value(ep, Extras.BROKEN_TASK)), "")
+        if why:
+            logger.warning("dropped the group of a broken task (not trained on): %s", why)
+        else:
+            healthy.append(group)
+    return healthy
+
+
+def informative_groups(
+    groups: list[list], metric_key: str, band: tuple[float, float] | None = None, min_std: float = 0.0
+) -> list[list]:
+    """Groups whose metric varies (or single-member groups), inside `band` and with at least
+    `min_std` if given, via core_algos.filter_groups."""
+    if not groups:
+        return []
+    values = torch.tensor([float(episode_value(ep, metric_key)) for g in groups for ep in g], dtype=torch.float64)
+    ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
+    keep = core_algos.filter_groups(values, ids, band=band, min_std=min_std)
+    first = np.cumsum([0] + [len(g) for g in groups[:-1]])
+    return [g for g, start in zip(groups, first) if bool(keep[start])]

@@ -1,0 +1,1 @@
+"""The `rllib` command (`main`): train, evaluate, export, convert and plot."""

@@ -1,0 +1,164 @@
+"""The `rllib` command, back for Ray 2.60 (which removed RLlib's own) and aware of DAPO.
+
+    rllib train file <python file> [--stop JSON] [--no-tune] [--checkpoint-freq N] ...
+    rllib evaluate <model dir | checkpoint> --data FILE [--num-samples N] [--out JSON]
+    rllib export <checkpoint> <out dir>
+    rllib data convert <problems.jsonl|.parquet|.csv> <out.parquet> [--tokenizer DIR --max-prompt-length N]
+    rllib plot <run dir> [--out PNG]
+
+`train file` takes any file that defines an AlgorithmConfig named `config` (and optionally a
+`stop` dict), as the removed tool did (a file may also define `after_run(outcomes, run_dir)`): DAPO's tuned examples, or a stock PPO CartPole config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import dapo_rllib  # noqa: F401  (registers the algorithms and the environments)
+from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
+from dapo_rllib.cli.evaluate import evaluate
+from dapo_rllib.cli.train import TrainOptions, add_train_options, json_dict, load_config_file, train
+from dapo_rllib.reporting.plot import plot_run
+from dapo_rllib.tasks.data.convert import add_convert_arguments, run_convert
+
+
+def _train(args) -> None:
+    config, stop, after_run = load_config_file(args.file)
+    train(config, TrainOptions.from_args(args, stop), after_run)
+
+
+def _evaluate(args) -> None:
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "func", "model")}
+    evaluate(args.model, **options)
+
+
+def _export(args) -> None:
+    out = export_hf_model_from_checkpoint(args.checkpoint, args.out_dir, merge=args.merge)
+    if (out / "adapter_config.json").is_file():
+        print(
+            f"PEFT adapter directory: {out} (load with PeftModel.from_pretrained over its base model, or rllib evaluate {out})"
+        )
+    else:
+        print(f"Hugging Face model directory: {out} (load with AutoModelForCausalLM.from_pretrained or vllm.LLM)")
+
+
+def _plot(args) -> None:
+    print(f"plot: {plot_run(args.run_dir, args.out)}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rllib", description="RLlib's command line (train, evaluate, export, data, plot), with DAPO registered."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,data,plot}")
+
+    train = commands.add_parser("train", help="train from a Python config file: rllib train file <file>")
+    train_kinds = train.add_subparsers(dest="kind", required=True, metavar="{file}")
+    train_file = train_kinds.add_parser("file", help="train the AlgorithmConfig named `config` in a Python file")
+    train_file.add_argument(
+        "file", help="Python file defining `config` (an AlgorithmConfig) and optionally `stop` (a dict)"
+    )
+    add_train_options(train_file).set_defaults(func=_train)
+
+    evaluate = commands.add_parser(
+        "evaluate", help="validation metrics (avg@n, pass@k, maj@n, ...) of a model directory or checkpoint"
+    )
+    evaluate.add_argument(
+        "model", help="Hugging Face model directory, or algorithm checkpoint directory (checkpoint_NNNNNN)"
+    )
+    evaluate.add_argument(
+        "--data",
+        default=None,
+        help="DAPO-format .parquet/.jsonl eval file (e.g. ../shared/data/aime-2024.parquet) or 'arithmetic' (default for checkpoints: their eval dataset)",
+    )
+    evaluate.add_argument(
+        "--num-samples",
+        type=int,
+        default=None,
+        help="n, samples per problem (avg@n); default: the copies of each problem in the file (32 for AIME 2024), else the checkpoint's eval_num_samples (32)",
+    )
+    evaluate.add_argument("--max-problems", type=int, default=None, help="evaluate the first N problems only")
+    evaluate.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature (default 1.0, the paper's)"
+    )
+    evaluate.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 0.7, the paper's)")
+    evaluate.add_argument(
+        "--scorer",
+        default=None,
+        help="scorer for every data source: math_dapo, math_verify or module:function (default: by data source)",
+    )
+    evaluate.add_argument(
+        "--score-timeout",
+        dest="score_timeout_s",
+        type=float,
+        default=None,
+        help="seconds to score one sample before it counts as wrong (default 10)",
+    )
+    evaluate.add_argument(
+        "--max-prompt-length",
+        type=int,
+        default=None,
+        help="prompt tokens, left-truncated (default: the checkpoint's, or 2048 cut to the model's context)",
+    )
+    evaluate.add_argument(
+        "--max-response-length",
+        type=int,
+        default=None,
+        help="generation limit in tokens (default: the checkpoint's, or 20480 cut to the model's context)",
+    )
+    evaluate.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="vLLM dtype (default: the checkpoint's, or float32)",
+    )
+    evaluate.add_argument(
+        "--vllm-engine-kwargs",
+        type=json_dict,
+        default=None,
+        help="extra vllm.LLM arguments as JSON, e.g. '{\"tensor_parallel_size\": 4}'",
+    )
+    evaluate.add_argument(
+        "--out", default=None, help="JSON results file (default: eval_results/<model>__<data>__n<n>.json)"
+    )
+    evaluate.set_defaults(func=_evaluate)
+
+    export = commands.add_parser("export", help="write a DAPO checkpoint's policy as a Hugging Face model directory")
+    export.add_argument("checkpoint", help="algorithm checkpoint directory")
+    export.add_argument("out_dir", help="output directory (save_pretrained layout, tokenizer included)")
+    export.add_argument(
+        "--merge",
+        action="store_true",
+        help="a LoRA run's policy as a model with the adapters merged in (default: a PEFT adapter directory)",
+    )
+    export.set_defaults(func=_export)
+
+    data = commands.add_parser("data", help="dataset tools: rllib data convert <in> <out.parquet>")
+    data_tools = data.add_subparsers(dest="tool", required=True, metavar="{convert}")
+    convert = data_tools.add_parser(
+        "convert",
+        help="turn a jsonl/parquet/csv file of problems and answers into DAPO rows (deduplicated, templated, parquet)",
+    )
+    add_convert_arguments(convert)
+    convert.set_defaults(func=run_convert)
+
+    plot = commands.add_parser("plot", help="draw a DAPO run's curves into one PNG")
+    plot.add_argument("run_dir", help="run directory (or Tune experiment directory) with TensorBoard event files")
+    plot.add_argument("--out", default=None, help="PNG path (default: <run_dir>/dapo_curves.png)")
+    plot.set_defaults(func=_plot)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"rllib {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

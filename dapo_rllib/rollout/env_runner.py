@@ -1,0 +1,369 @@
+"""VLLMEnvRunner: RLlib's EnvRunner contract (sample, evaluate, state) over a vLLM engine.
+
+`sample(requests=[(problem index, group id), ...])` takes the problems the algorithm drew (it
+owns the draw order, `dapo_rllib.tasks.problem_env.DrawOrder`, and numbers the groups), runs
+`group_size` episodes of each, every one on its own twin of the environment, turn by turn
+(`dapo_rllib.rollout.TurnLoop`: a batched generation per turn, the environments' steps, their
+messages appended as token ids), adds the soft overlong penalty and returns RLlib episodes with a
+step per model turn. Token ids travel exactly as vLLM sampled them; text is decoded only for the
+environment. `evaluate(...)` runs this runner's shard of the validation set the same way and
+returns one record per problem.
+
+New weights stream into the running engine, no restart: `begin_weight_update`, one
+`load_weight_bucket` per bucket the learner sends, `finish_weight_update` (see
+`dapo_rllib.rollout.weight_sync`). The engine and everything vLLM-internal live in
+`dapo_rllib.rollout.vllm_engine`. This follows the pattern of RLlib's
+`EnvRunnerServerForExternalInference`: an EnvRunner + Checkpointable without an RLModule of its
+own, holding only the sampler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import ray
+import torch
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env import INPUT_ENV_SPACES
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.metrics import (
+    EPISODE_RETURN_MEAN,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    WEIGHTS_SEQ_NO,
+)
+from tqdm import tqdm
+
+from dapo_rllib.columns import Extras, Info, Metrics
+from dapo_rllib.contracts import EvalRecord
+from dapo_rllib.models.lora import EngineAdapter, lora_adapter_config
+from dapo_rllib.models.rl_module import hf_weights
+from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
+from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, TurnLoop
+from dapo_rllib.rollout.vllm_engine import EngineWeights, build_vllm_engine, request_seed, sampling_params
+from dapo_rllib.rollout.weight_sync import TRANSPORTS
+from dapo_rllib.tasks.problem_env import build_env
+from dapo_rllib.tasks.rewards.overlong import overlong_penalty
+from dapo_rllib.tasks.tools import load_tool_call_parser
+
+# Seed streams of training and evaluation requests (see vllm_engine.request_seed). Evaluation
+# reuses its seeds at every evaluation, so accuracy changes reflect the weights, not the dice.
+TRAIN_STREAM = 0
+EVAL_STREAM = 1
+
+
+class VLLMEnvRunner(EnvRunner, Checkpointable):
+    """Runs `group_size` episodes per prompt with vLLM, turn by turn, and returns them as RLlib episodes."""
+
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        from transformers import AutoTokenizer
+
+        self.worker_index = self.worker_index or 0
+        self.make_env()
+        self._eval_env = None
+        self.tokenizer = AutoTokenizer.from_pretrained(self.config.policy_model_path)
+        self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
+        owner = f"env runner {self.worker_index}"
+        if self.config.lora_sync_path != "adapter":  # every weight (full fine-tuning, or merged adapters)
+            self._engine_weights = EngineWeights(self.llm, owner=owner)
+        else:  # the base model serves the learner's adapter (dapo_rllib.models.lora)
+            config = lora_adapter_config(self.config.policy_model_path, self.config.lora_settings)
+            self._engine_weights = EngineAdapter(self.llm, config, owner=owner)
+        self._held_seq_no = 0  # of the weights the engine holds (the learner's count of updates)
+        self._tool_parser = load_tool_call_parser(self.config.tool_call_format)
+        self._renderers: dict[type, TurnRenderer] = {}  # per environment class (its tools)
+        self._train_loop, self._eval_loop = self._turn_loop(explore=True), self._turn_loop(explore=False)
+        self._renderer(self.env)  # a chat template that cannot show the env's tools is refused here
+        # Wall times of the last sample() call, returned to the algorithm with its episodes: a
+        # generation round takes as long as its slowest runner, which summed metrics cannot show.
+        self.last_sample_timing: dict[str, float] = {}
+
+    # ----- spaces, health, lifecycle --------------------------------------------------------
+    @override(EnvRunner)
+    def make_env(self) -> None:
+        self.env = build_env(self.config.env, self.config.env_config, self.worker_index, self.num_workers)
+
+    @override(EnvRunner)
+    def get_spaces(self):
+        vocab = len(self.tokenizer)
+        obs = gym.spaces.Box(0, vocab - 1, (self.config.max_prompt_length,), np.int64)
+        act = gym.spaces.Box(0, vocab - 1, (self.config.max_response_length,), np.int64)
+        return {
+            INPUT_ENV_SPACES: (self.env.observation_space, self.env.action_space),
+            DEFAULT_MODULE_ID: (obs, act),
+        }
+
+    @override(EnvRunner)
+    def assert_healthy(self):
+        assert self.llm is not None and self.env is not None, "VLLMEnvRunner has no engine or env"
+
+    @override(EnvRunner)
+    def stop(self):
+        self._train_loop.close()
+        self._eval_loop.close()
+        if isinstance(self._engine_weights, EngineAdapter):
+            self._engine_weights.close()
+        self.llm = None
+
+    # ----- sampling ------------------------------------------------------------------------
+    def _fitted_prompt(self, renderer: TurnRenderer, messages) -> tuple[list[int], bool]:
+        """(the prompt's token ids, chat template where the tokenizer has one, left-truncated to
+        max_prompt_length: DAPO keeps the end; whether it was truncated)."""
+        ids = renderer.prompt_ids(messages)
+        limit = self.config.max_prompt_length
+        return list(ids[-limit:]), len(ids) > limit
+
+    def _start_episode(self, env, problem_index: int, seed_stream: tuple[int, ...]) -> EpisodeRollout:
+        """An episode of problem `problem_index` on a twin of `env`, reset and with its prompt rendered."""
+        twin = env.spawn()
+        messages, info = twin.reset(options={Info.PROBLEM_INDEX: problem_index})
+        renderer = self._renderer(env, info[Info.TOOLS])
+        prompt_ids, truncated = self._fitted_prompt(renderer, messages)
+        return EpisodeRollout(twin, prompt_ids, seed_stream, renderer, prompt_truncated=truncated)
+
+    def _renderer(self, env, tools: list[dict] | None = None) -> TurnRenderer:
+        """The turn renderer of `env`'s tools (its reset info's `tools`, or `env.tools`), checked to show
+        them when it has any."""
+        tools = [tool.schema for tool in env.tools] if tools is None else tools
+        renderer = self._renderers.get(type(env))
+        if renderer is None or renderer.tools != tools:
+            if tools:
+                check_renders_tools(self.tokenizer)
+            renderer = TurnRenderer(self.tokenizer, tools, self.config.max_tool_response_tokens)
+            self._renderers[type(env)] = renderer
+        return renderer
+
+    def _turn_loop(self, explore: bool) -> TurnLoop:
+        from vllm.inputs import TokensPrompt
+
+        cfg = self.config
+
+        def generate(prompts, params):
+            prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+            # None for full fine-tuning; with LoRA, the adapter of the last sync (None before it: the base model)
+            adapter = getattr(self._engine_weights, "lora_request", None)
+            return self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
+
+        return TurnLoop(
+            generate=generate,
+            make_params=lambda seed, max_tokens, stop: sampling_params(
+                cfg, self.tokenizer, explore=explore, seed=seed, max_tokens=max_tokens, stop=stop
+            ),
+            tokenizer=self.tokenizer,
+            parser=self._tool_parser,
+            max_turns=cfg.max_turns,
+            budget=cfg.max_response_length,
+            seed=lambda stream: request_seed(cfg.seed, *stream),
+        )
+
+    @override(EnvRunner)
+    def sample(self, *, requests: list[tuple[int, int]], explore: bool = True, **kwargs) -> list[SingleAgentEpisode]:
+        """`group_size` episodes for each `(problem index, group id)` of `requests`, run turn by turn.
+
+        The algorithm owns the training env's draw order and numbers the groups: an episode's sampling
+        seeds follow from its group id, its place in the group and the turn alone, so a share sampled
+        again on another env runner (its own died) gives the same episodes.
+        """
+        cfg = self.config
+        rollouts = [
+            self._start_episode(self.env, index, (TRAIN_STREAM, group_id, k))
+            for index, group_id in requests
+            for k in range(cfg.group_size)
+        ]
+        for rollout in rollouts:
+            if rollout.prompt_truncated:
+                self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
+        timing = self._train_loop.run(rollouts)
+        self.last_sample_timing = timing.as_metrics()
+        penalties = self._overlong_penalties([r.response_length for r in rollouts])
+        group_ids = [group_id for _, group_id in requests for _ in range(cfg.group_size)]
+        episodes = [self._episode(r, g, p) for r, g, p in zip(rollouts, group_ids, penalties)]
+        turns = sum(len(r.turns) for r in rollouts)
+        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED, turns, reduce="sum")
+        self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, turns, reduce="lifetime_sum")
+        self.metrics.log_value(NUM_EPISODES, len(episodes), reduce="sum")
+        self.metrics.log_value(NUM_EPISODES_LIFETIME, len(episodes), reduce="lifetime_sum")
+        self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
+        return episodes
+
+    def _overlong_penalties(self, lengths: list[int]) -> list[float]:
+        """The soft overlong punishment of responses of these lengths (0 with overlong_buffer_len=0)."""
+        cfg = self.config
+        penalties = overlong_penalty(
+            lengths,
+            max_response_length=cfg.max_response_length,
+            overlong_buffer_len=cfg.overlong_buffer_len,
+            penalty_factor=cfg.overlong_penalty_factor,
+        )
+        return penalties.tolist()
+
+    def _episode(self, rollout: EpisodeRollout, group_id: int, penalty: float) -> SingleAgentEpisode:
+        """The RLlib episode of a finished rollout: a step per model turn.
+
+        The observations are token ids: the prompt at reset, then the environment's tokens after each
+        turn; the actions are the ids the model sampled in each turn, with vLLM's log-probs of them. The
+        soft overlong penalty is added to the last step's reward. Every step carries the episode's values
+        (`Extras`), so that they can be read at any step.
+        """
+        info = rollout.final_info
+        values = {
+            Extras.GROUP_ID: group_id,
+            Extras.SCORE: float(info[Info.SCORE]),
+            Extras.ACC: float(info[Info.ACC]),
+            Extras.TRUNCATED: rollout.truncated,
+            Extras.SCORE_TIMED_OUT: bool(info.get(Info.SCORE_TIMED_OUT, False)),
+            Extras.BROKEN_TASK: info.get(Info.BROKEN_TASK) or "",
+            Extras.OVERLONG_PENALTY: penalty,
+            Extras.END_REASON: str(rollout.end),
+            Extras.TURNS: len(rollout.turns),
+            Extras.ENV_TOKENS: rollout.env_tokens,
+            Extras.TOOL_CALLS: rollout.tool_calls,
+            Extras.TOOL_ERRORS: rollout.tool_errors,
+            WEIGHTS_SEQ_NO: self._held_seq_no,
+        }
+        ep = SingleAgentEpisode(observation_space=None, action_space=None)
+        ep.add_env_reset(
+            observation=np.asarray(rollout.prompt_ids, dtype=np.int64),
+            infos={Info.GROUND_TRUTH: info[Info.GROUND_TRUTH]},
+        )
+        last = len(rollout.turns) - 1
+        for t, turn in enumerate(rollout.turns):
+            ep.add_env_step(
+                observation=np.asarray(turn.env_ids, dtype=np.int64),
+                action=np.asarray(turn.model_ids, dtype=np.int64),
+                reward=turn.reward + (penalty if t == last else 0.0),
+                infos=dict(info if t == last else turn.info),
+                terminated=t == last and rollout.end is EndReason.ENV,
+                truncated=t == last and rollout.end is not EndReason.ENV,
+                extra_model_outputs={**values, Extras.ROLLOUT_LOGP: np.asarray(turn.logp, dtype=np.float32)},
+            )
+        return ep
+
+    # ----- evaluation on the held-out split ---------------------------------------------
+    def _evaluation_env(self) -> gym.Env:
+        """The validation env: `config.evaluation_env_config()` (eval_dataset, evaluation_config)."""
+        if self._eval_env is None:
+            eval_cfg = self.config if self.config.in_evaluation else self.config.get_evaluation_config_object()
+            self._eval_env = build_env(
+                eval_cfg.env, self.config.evaluation_env_config(), self.worker_index, self.num_workers
+            )
+            self._renderer(self._eval_env)
+        return self._eval_env
+
+    def evaluate(
+        self, *, num_samples: int, max_problems: int | None = None, progress: bool = False
+    ) -> list[EvalRecord]:
+        """`num_samples` scored episodes of each problem in this runner's shard of the validation set.
+
+        Problems (the first `max_problems`, or all) are split round-robin over the runners
+        (worker_index 1..n; a local runner takes them all) and run with the evaluation settings and
+        fixed seeds per problem and sample, so successive evaluations differ only by the weights.
+        Returns one `dapo_rllib.contracts.EvalRecord` per problem; the caller merges the shards and
+        computes the metrics. `progress` shows a progress bar.
+        """
+        env = self._evaluation_env()
+        count = env.num_problems if max_problems is None else min(max_problems, env.num_problems)
+        shards = max(self.num_workers, 1)
+        mine = [i for i in range(count) if i % shards == max(self.worker_index - 1, 0)]
+        rollouts = {i: [self._start_episode(env, i, (EVAL_STREAM, i, k)) for k in range(num_samples)] for i in mine}
+        bar = tqdm(total=len(mine) * num_samples, desc="evaluating", unit="episode", disable=not progress)
+        timing = self._eval_loop.run([r for samples in rollouts.values() for r in samples], progress=bar.update)
+        bar.close()
+        self.last_sample_timing = timing.as_metrics()
+        records = []
+        for i, samples in rollouts.items():
+            problem = env.problem(i)
+            records.append(
+                EvalRecord.from_infos(
+                    [r.final_info for r in samples],
+                    problem_index=i,
+                    data_source=problem.data_source,
+                    ground_truth=problem.ground_truth,
+                    length=[r.response_length for r in samples],
+                    truncated=[r.truncated for r in samples],
+                    prompt_truncated=samples[0].prompt_truncated,
+                    turns=[len(r.turns) for r in samples],
+                    tool_calls=[r.tool_calls for r in samples],
+                    # Only where it can differ from acc: an answer was followed by another.
+                    first_acc=[r.first_acc for r in samples] if any(r.answered_again for r in samples) else [],
+                )
+            )
+        return records
+
+    # ----- weights: streamed in buckets (see dapo_rllib.rollout.weight_sync) ----------------------
+    def begin_weight_update(self) -> None:
+        """Open a weight update; the engine must not generate until `finish_weight_update`."""
+        self._engine_weights.begin()
+
+    def load_weight_bucket(self, handle, transport: str = "object_store") -> None:
+        """Receive one bucket and load the parameters it completes."""
+        self._engine_weights.load_bucket(TRANSPORTS[transport]().receive(handle))
+
+    def finish_weight_update(self, seq_no: int) -> None:
+        """Close the update; raises unless every engine parameter got new values."""
+        self.metrics.log_value(Metrics.WEIGHT_LOAD_S, self._engine_weights.finish(), reduce="sum")
+        self._held_seq_no = seq_no
+
+    def load_weights(self, state_dict: dict[str, Any], seq_no: int | None = None) -> None:
+        """Load a whole Hugging Face-named state dict that is already in this process."""
+        self.begin_weight_update()
+        self._engine_weights.load([(name, torch.as_tensor(value)) for name, value in state_dict.items()])
+        self.finish_weight_update(self._held_seq_no if seq_no is None else seq_no)
+
+    def engine_parameters(self, names: list[str]) -> dict[str, np.ndarray]:
+        """Copies of the named parameters as the engine holds them (for tests and debugging); with
+        LoRA, the adapter tensors of the engine's current adapter."""
+        return self._engine_weights.parameters(names)
+
+    def engine_adapter(self) -> tuple[str | None, set[int]]:
+        """(the name of the adapter generate calls carry, the ids of the adapters the engine holds);
+        (None, set()) for full fine-tuning."""
+        if not isinstance(self._engine_weights, EngineAdapter):
+            return None, set()
+        request = self._engine_weights.lora_request
+        return (None if request is None else request.lora_name), self._engine_weights.engine_adapters()
+
+    @override(Checkpointable)
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        """Nothing to save: weights come from the learner, the draw order is the algorithm's."""
+        return {}
+
+    @override(Checkpointable)
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Load the RL module weights in `state`, if it has any newer than those held.
+
+        RLlib's own weight sync (`EnvRunnerGroup.sync_weights`, run by `evaluate()`, `set_state`
+        and restores) sends the module's inference-only state, which for DAPO's module is empty
+        (see `CausalLMRLModule.get_non_inference_attributes`): the engine takes weights from the
+        streamed sync only, and such a state changes nothing here.
+        """
+        seq_no = state.get(WEIGHTS_SEQ_NO, 0)
+        module_state = state.get(COMPONENT_RL_MODULE)
+        if isinstance(module_state, ray.ObjectRef):  # RLlib's EnvRunnerGroup.sync_weights puts it there
+            module_state = ray.get(module_state)
+        if module_state:
+            module_state = module_state.get(DEFAULT_MODULE_ID, module_state)
+        if module_state and (seq_no == 0 or seq_no > self._held_seq_no):
+            self.load_weights(hf_weights(module_state), seq_no)
+        if seq_no > 0:
+            self._held_seq_no = seq_no
+
+    @override(EnvRunner)
+    def get_metrics(self):
+        return self.metrics.reduce()
+
+    @override(Checkpointable)
+    def get_ctor_args_and_kwargs(self):
+        return ((), {"config": self.config})
+
+    @override(Checkpointable)
+    def get_checkpointable_components(self):
+        return []

@@ -1,0 +1,266 @@
+"""vLLM plumbing of the env runner: the engine, its sampling settings, text decoding and weight loading.
+
+Everything here knows vLLM's internals; `dapo_rllib.rollout.env_runner` knows only RLlib's EnvRunner
+contract and calls these:
+
+    build_vllm_engine    an in-process `vllm.LLM` for the policy (CPU build here, CUDA on GPUs)
+    sampling_params      one `SamplingParams` per prompt, each with its own seed
+    decode_completions   the completions' text as vLLM's detokenizer would return it
+    EngineWeights        streamed weight updates into the running engine (layerwise reload)
+
+The functions at the end run on vLLM's worker through `collective_rpc` (the worker is their
+first argument).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import torch
+
+from dapo_rllib.models.lora import engine_lora_kwargs
+from dapo_rllib.rollout.weight_sync import BucketAssembler
+from dapo_rllib.settings import FeatureSettings, is_positive_int, require
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerSettings(FeatureSettings):
+    """How the vLLM engines sample (`DAPOConfig.training`).
+
+    Attributes:
+        vllm_engine_kwargs: Extra `vllm.LLM(...)` arguments (tensor_parallel_size,
+            gpu_memory_utilization, ...); they override the runner's defaults.
+        max_prompt_length: Prompt tokens; longer prompts are left-truncated and counted
+            (`prompts_left_truncated`). Reference 2048.
+        max_response_length: L_max, the token budget of an episode after its prompt: every token the
+            model samples and, in episodes of several turns, every token the environment adds (tool
+            results, feedback), as verl counts it. Reference 20480.
+        temperature, top_p: Rollout sampling. Reference 1.0, 1.0.
+    """
+
+    vllm_engine_kwargs: dict = dataclasses.field(default_factory=dict)
+    max_prompt_length: int = 2048
+    max_response_length: int = 20480
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    @property
+    def longest_sequence(self) -> int:
+        """The longest sequence an episode can make: its prompt and its whole budget."""
+        return self.max_prompt_length + self.max_response_length
+
+    def validate(self) -> None:
+        for name in ("max_prompt_length", "max_response_length"):
+            require(is_positive_int(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer")
+        require(
+            self.temperature > 0,
+            f"temperature={self.temperature} must be > 0 (log-probs are of softmax(logits / temperature))",
+        )
+        require(0 < self.top_p <= 1, f"top_p={self.top_p} must be in (0, 1]")
+        require(
+            isinstance(self.vllm_engine_kwargs, dict),
+            f"vllm_engine_kwargs={self.vllm_engine_kwargs!r} must be a dict of vllm.LLM arguments",
+        )
+
+
+def build_vllm_engine(config, seed: int):
+    """An in-process vLLM engine for the policy's model (CPU build here, CUDA build on GPUs)."""
+    from vllm import LLM  # after `import dapo_rllib`, which sets vLLM's environment defaults
+
+    on_gpu = torch.cuda.is_available()
+    kwargs = dict(
+        model=config.policy_model_path,
+        dtype=config.model_dtype,
+        seed=seed,
+        max_model_len=config.max_prompt_length + config.max_response_length,
+        enforce_eager=not on_gpu,
+        gpu_memory_utilization=0.5 if on_gpu else 0.1,
+        # The sampled tokens' log-probs after temperature: the distribution sampled from, the
+        # one the learner's log-probs are of (rollout_logp_abs_diff, rollout_correction).
+        logprobs_mode="processed_logprobs",
+    )
+    if not on_gpu:
+        # Per-request seeds (see `sampling_params`) crash vLLM's CPU backend when a prefill is
+        # chunked ("CPU Generator does not use offset"): prefill prompts whole.
+        kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(4096, kwargs["max_model_len"]))
+    if config.lora_sync_path == "adapter":
+        kwargs.update(engine_lora_kwargs(config.lora_settings.rank))
+    kwargs.update(config.vllm_engine_kwargs)
+    return LLM(**kwargs)
+
+
+def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: int, stop: tuple[str, ...] = ()):
+    """The SamplingParams of one model turn of one episode.
+
+    A seed per request makes a turn a function of (weights, seed, context) only, so a run resumed from a
+    checkpoint samples exactly what the uninterrupted run would have, whatever else the engine generated
+    in between. Training samples (`explore`) use the rollout temperature and top_p and carry the sampled
+    tokens' log-probs (flat: a few lists per completion, not a dict per token); evaluation samples use the
+    evaluation settings. A turn stops at EOS, at `max_tokens`, or at one of `stop` (the end of a tool call),
+    which stays in the output. Samples without stop strings leave their text to `decode_completions` where
+    the tokenizer has a Rust backend: vLLM's detokenizer would also decode every sampled token for its
+    log-prob entry, which nothing here reads and which costs ~10% of the generation throughput on the tiny
+    example.
+    """
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        n=1,
+        seed=seed,
+        temperature=config.temperature if explore else config.eval_temperature,
+        top_p=config.top_p if explore else config.eval_top_p,
+        max_tokens=max_tokens,
+        logprobs=0,
+        flat_logprobs=True,
+        # vLLM matches stop strings on its own detokenized text.
+        detokenize=backend_tokenizer(tokenizer) is None or bool(stop),
+        stop=list(stop) or None,
+        include_stop_str_in_output=True,
+    )
+
+
+def request_seed(run_seed: int | None, *stream: int) -> int:
+    """A 31-bit seed for one request, derived from the run seed and the request's stream: the
+    same on whichever env runner samples it."""
+    entropy = [run_seed or 0, *stream]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
+
+
+def backend_tokenizer(tokenizer):
+    """The Rust tokenizer `decode_completions` decodes with; None where the tokenizer has none."""
+    return getattr(tokenizer, "backend_tokenizer", None)
+
+
+def decode_completions(tokenizer, prompt_ids: list[int], completions: list) -> list[str]:
+    """The completions' text for the scorer, as vLLM's detokenizer returns it.
+
+    Its algorithm for Rust-backed tokenizers: a DecodeStream primed with the prompt (leading
+    spaces decode as in context), the stop token left out (a stop string stays), the bytes of a character still
+    unfinished at the end (a response cut mid-character) held back. Without a Rust backend vLLM
+    decoded them (`sampling_params(detokenize=True)`).
+    """
+    from tokenizers.decoders import DecodeStream
+
+    backend = backend_tokenizer(tokenizer)
+    if backend is None:
+        return [c.text for c in completions]
+    texts = []
+    for c in completions:
+        stream = DecodeStream(ids=prompt_ids, skip_special_tokens=True)
+        pieces = []
+        ended_by_stop_token = c.finish_reason == "stop" and not isinstance(c.stop_reason, str)
+        for token in c.token_ids[:-1] if ended_by_stop_token else c.token_ids:
+            try:
+                pieces.append(stream.step(backend, token))
+            except Exception as error:  # tokenizers' "Invalid prefix": restart, as vLLM does
+                if not str(error).startswith("Invalid prefix"):
+                    raise
+                stream = DecodeStream(skip_special_tokens=True)
+                pieces.append(stream.step(backend, token))
+        texts.append("".join(filter(None, pieces)))
+    return texts
+
+
+class EngineWeights:
+    """New weights for a running engine, streamed in: `begin`, `load` per bucket, `finish`.
+
+    vLLM's layerwise reload is opened and closed around the buckets rather than run in one
+    call: it holds each layer's incoming parameters until the layer is complete, then processes
+    it into place. Until `finish` the engine must not generate (vLLM has moved the layers still
+    to be loaded aside).
+    """
+
+    def __init__(self, llm, owner: str):
+        self.llm = llm
+        self.owner = owner  # named in errors, e.g. "env runner 2"
+        self._open = None  # (BucketAssembler, engine names loaded, start time) while an update is open
+
+    def begin(self) -> None:
+        self.llm.collective_rpc(_begin_reload)
+        self._open = (BucketAssembler(), set(), time.perf_counter())
+
+    def load_bucket(self, tensors: dict) -> None:
+        """Take one received bucket and load the parameters it completes."""
+        self.load(self._update()[0].add(tensors))
+
+    def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        """Hand whole (HF name, tensor) parameters to the engine; records what they filled."""
+        if weights:
+            self._update()[1].update(self.llm.collective_rpc(_load_into_model, kwargs={"weights": weights})[0])
+
+    def finish(self) -> float:
+        """Close the update; raises unless every engine parameter got new values. Returns the
+        seconds since `begin`."""
+        assembler, loaded, start = self._update()
+        self._open = None
+        engine_names = self.llm.collective_rpc(_finish_reload)[0]
+        missing = sorted(set(engine_names) - loaded) + assembler.incomplete()
+        if missing:
+            raise RuntimeError(
+                f"{self.owner}: the weight update left {len(missing)} parameters without new values: {missing[:5]}"
+            )
+        # Cached prefixes were computed with the old weights.
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - start
+
+    def _update(self):
+        if self._open is None:
+            raise RuntimeError("no weight update is open: call begin_weight_update first")
+        return self._open
+
+    def parameters(self, names: list[str]) -> dict[str, np.ndarray]:
+        """Copies of the named parameters as the engine holds them (for tests and debugging)."""
+        return self.llm.collective_rpc(_read_parameters, kwargs={"names": tuple(names)})[0]
+
+
+# ----- run on vLLM's worker through `collective_rpc` -------------------------------------------
+
+
+def _begin_reload(worker) -> None:
+    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+    initialize_layerwise_reload(worker.model_runner.get_model())
+
+
+def _load_into_model(worker, weights: list) -> set[str]:
+    """Load (HF name, tensor) pairs; returns the engine parameters they filled."""
+    return set(worker.model_runner.get_model().load_weights(iter(weights)))
+
+
+def _finish_reload(worker) -> list[str]:
+    """Process what is left and return the names of all engine parameters."""
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+    model = worker.model_runner.get_model()
+    finalize_layerwise_reload(model, worker.model_runner.vllm_config.model_config)
+    _retie_layers(model)
+    return [name for name, _ in model.named_parameters()]
+
+
+def _read_parameters(worker, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    params = dict(worker.model_runner.model.named_parameters())
+    return {n: params[n].detach().float().cpu().numpy() for n in names if n in params}
+
+
+def _retie_layers(model) -> None:
+    """Bring every layer whose weight is another layer's (a tied output head) up to the new weights.
+
+    vLLM's reload processes the layer that owns a weight (the embedding) when the weight arrives,
+    never its aliases. On CPU, processing packs a copy of the weight for the layer's matmuls
+    (`cpu_linear`): a tied head left alone would go on computing logits with the old weights
+    (measured: mean |log-prob difference| 0.02 after one reload, instead of 5e-7). The head takes
+    the embedding's fresh packing rather than packing the same weight again (0.8 s and 0.6 GB at
+    the 0.5B shape). Where processing left no packing (GPUs), the alias is processed itself.
+    """
+    owner_of = {id(weight): name.rpartition(".")[0] for name, weight in model.named_parameters()}
+    for prefix, layer in model.named_modules():
+        weight = layer._parameters.get("weight")
+        if weight is None or getattr(layer, "quant_method", None) is None or owner_of[id(weight)] == prefix:
+            continue
+        owner = model.get_submodule(owner_of[id(weight)])
+        if hasattr(owner, "cpu_linear"):
+            layer.cpu_linear = owner.cpu_linear
+        else:
+            layer.quant_method.process_weights_after_loading(layer)
