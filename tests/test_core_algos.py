@@ -433,17 +433,6 @@ NAN = float("nan")
 # --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def restore_registries():
-    """Whatever a test registers is gone after it, so no variant leaks into another test."""
-    tables = (core_algos._POLICY_LOSSES.table, core_algos._ADV_ESTIMATORS.table)
-    saved = [dict(table) for table in tables]
-    yield
-    for table, before in zip(tables, saved):
-        table.clear()
-        table.update(before)
-
-
 def test_builtin_names():
     assert policy_losses() == ("ppo_clip", "gspo_token", "gspo", "cispo", "clip_cov", "kl_cov")
     assert adv_estimators() == ("grpo", "dr_grpo", "rloo", "opo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
