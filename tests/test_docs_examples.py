@@ -14,9 +14,19 @@ import torch
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from dapo_rllib.core_algos import policy_loss_fn
-from tests.doc_examples import DocExample, doc_example, doc_examples, example_module, page_examples
+from tests.doc_examples import (
+    DOCS,
+    DocExample,
+    doc_example,
+    doc_examples,
+    example_module,
+    modules,
+    page_examples,
+    stale_code_names,
+)
 
 EXAMPLES = doc_examples()
+MODULES = modules()
 README = Path(__file__).parents[1] / "README.md"
 
 
@@ -63,6 +73,17 @@ def test_blocks_inside_a_longer_fence_and_untitled_blocks_are_not_examples(tmp_p
     )
     (example,) = page_examples(page)
     assert (example.title, example.line, example.code) == ("indented.py", 13, "y = 2\n")
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.rglob("*.md"))], ids=lambda page: page.name)
+def test_the_code_a_page_names_exists(page: Path):
+    # File paths, dotted names and `module.name` short forms: a module moved or renamed shows here.
+    assert stale_code_names(page.read_text(), MODULES) == []
+
+
+def test_a_name_the_source_lacks_is_stale():
+    text = "`dapo_rllib.dapo.DAPO`, `dapo_rllib/no_such.py`, `core_algos.agg_loss`, `core_algos.gone`, `x.md`"
+    assert stale_code_names(text, MODULES) == ["dapo_rllib/no_such.py", "core_algos.gone"]
 
 
 def test_the_readme_reads_in_five_minutes():
