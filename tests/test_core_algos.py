@@ -27,7 +27,6 @@ from dapo_rllib.algorithm.core_algos import (
     register_adv_estimator,
     register_policy_loss,
 )
-from dapo_rllib.algorithm.core_algos import registry as core_algos_registry
 from dapo_rllib.columns import Metrics
 from dapo_rllib.models.rl_module import entropy_from_logits
 from dapo_rllib.tasks.rewards.overlong import overlong_penalty
@@ -432,17 +431,6 @@ NAN = float("nan")
 # --------------------------------------------------------------------------
 # Registries: built-ins, lookup errors, a user's own variant
 # --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def restore_registries():
-    """Whatever a test registers is gone after it, so no variant leaks into another test."""
-    tables = (core_algos_registry._POLICY_LOSSES.table, core_algos_registry._ADV_ESTIMATORS.table)
-    saved = [dict(table) for table in tables]
-    yield
-    for table, before in zip(tables, saved):
-        table.clear()
-        table.update(before)
 
 
 def test_builtin_names():

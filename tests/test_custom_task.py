@@ -1,34 +1,23 @@
-"""The README's "Your own task type" example, run as written, and what a task subclass must provide."""
+"""The docs' "Your own task type" example (reverse_word.py), run as written, and what a task subclass must provide."""
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 import types
-from pathlib import Path
 
 import pytest
 
 from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, build_env
 from envs import ProblemEnv
-
-README = Path(__file__).parents[1] / "README.md"
+from tests.doc_examples import doc_example, example_module
 
 
 @pytest.fixture(scope="module")
 def example() -> types.ModuleType:
-    """The README section's python block, executed as a module of its own."""
-    section = README.read_text().split("\n## Your own task type\n", 1)[1].split("\n## ", 1)[0]
-    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    module = types.ModuleType("readme_reverse_word")
-    # dataclasses look the class's module up in sys.modules.
-    sys.modules[module.__name__] = module
-    try:
-        exec(compile(code, f"{README}:Your own task type", "exec"), module.__dict__)
+    """The example of docs/guides/task-type.md, executed as a module of its own."""
+    with example_module(doc_example("reverse_word.py"), "docs_reverse_word") as module:
         yield module
-    finally:
-        del sys.modules[module.__name__]
 
 
 @pytest.fixture

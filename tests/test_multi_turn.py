@@ -1,4 +1,4 @@
-"""Episodes over several turns through DAPO's real loop, with the README's number-guessing environment.
+"""Episodes over several turns through DAPO's real loop, with the docs' number-guessing environment.
 
 The learner's sequence of an episode is replayed from the parts (the environment, the chat template and the
 vLLM engine with the episode's seeds): it equals vLLM's sampled ids plus the environment's rendered ids,
@@ -9,45 +9,30 @@ keeps the rollout/learner log-prob mismatch at float32 noise (the environment's 
 from __future__ import annotations
 
 import re
-import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from dapo_rllib.algorithm.connectors import PadTokenBatch
 from dapo_rllib.columns import Columns, Extras, Metrics
 from dapo_rllib.reporting.progress import summary_line
 from dapo_rllib.reporting.tensorboard import readable_scalars
-from dapo_rllib.rollout.chat_turns import TurnRenderer
 from dapo_rllib.rollout.env_runner import TRAIN_STREAM
 from dapo_rllib.rollout.turn_loop import EndReason
 from dapo_rllib.rollout.vllm_engine import request_seed, sampling_params
+from tests.doc_examples import doc_example, example_module
 from tests.test_dapo_integration import tiny_config
 
-README = Path(__file__).parents[1] / "README.md"
 GROUP_ID = 1000
 
 
 @pytest.fixture(scope="module")
 def example() -> types.ModuleType:
-    """The README's multi-turn example, executed as a module of its own."""
-    section = README.read_text().split("\n## Episodes over several turns, and tools\n", 1)[1].split("\n## ", 1)[0]
-    code = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
-    module = types.ModuleType("readme_guess_number")
-    sys.modules[module.__name__] = module
-    # Env runner processes cannot import a module that exists only here: its classes travel by value
-    # (registered before the example registers its env, which pickles the class).
-    ray.cloudpickle.register_pickle_by_value(module)
-    try:
-        exec(compile(code, f"{README}:Episodes over several turns", "exec"), module.__dict__)
+    """The multi-turn example of docs/guides/multi-turn.md, executed as a module of its own."""
+    with example_module(doc_example("guess_number.py"), "docs_guess_number", by_value=True) as module:
         yield module
-    finally:
-        ray.cloudpickle.unregister_pickle_by_value(module)
-        del sys.modules[module.__name__]
 
 
 def test_the_example_env_gives_hints_until_the_guess_is_right(example):
@@ -64,7 +49,7 @@ def test_the_example_env_gives_hints_until_the_guess_is_right(example):
 
 
 def guess_config(model_path, **overrides):
-    """Small steps on the README's guessing game. The tiny arithmetic model guesses the number rarely, so
+    """Small steps on the docs' guessing game. The tiny arithmetic model guesses the number rarely, so
     most episodes take all their turns; with dynamic sampling off every group is trained, informative or
     not."""
     settings = dict(

@@ -21,7 +21,7 @@ What differs from full fine-tuning, and why:
 - One GPU: the learner and the engine share it (half each, below); on a CPU machine drop the
   `num_gpus_*` settings and `vllm_engine_kwargs`, the rest holds. `bench/scale.py --workload
   qwen2.5-0.5b-shape-lora-bf16` measures this model's shape with LoRA on this project's CPU
-  (README, "LoRA and bfloat16"); this file itself has not been run here (no model, no GPU).
+  (docs/scaling/lora.md, "bfloat16"); this file itself has not been run here (no model, no GPU).
 """
 
 import os

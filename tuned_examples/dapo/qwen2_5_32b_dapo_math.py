@@ -1,4 +1,4 @@
-"""The reference DAPO run (docs/algorithm.md §5): Qwen2.5-32B base on DAPO-Math-17K, AIME 2024 avg@32.
+"""The reference DAPO run (docs/design/algorithm.md §5): Qwen2.5-32B base on DAPO-Math-17K, AIME 2024 avg@32.
 
 For a GPU Ray cluster with local copies of the model and data (nothing is downloaded); the
 paths come from environment variables so that the file runs unchanged both ways:
@@ -9,7 +9,7 @@ paths come from environment variables so that the file runs unchanged both ways:
     rllib train file tuned_examples/dapo/qwen2_5_32b_dapo_math.py --checkpoint-freq 10
 
 Every DAPO setting below is the paper's. The scale settings assume (not run here; this
-project has measured its learner only on CPU, see the README's "Learner at scale"):
+project has measured its learner only on CPU, see docs/scaling/learner.md):
 
 - learners: 16 GPUs of 80 GB (two 8-GPU nodes), DeepSpeed ZeRO-3 with the AdamW state offloaded
   to host memory (32B x 12 bytes of fp32 master weights and moments = 384 GB, 24 GB per learner

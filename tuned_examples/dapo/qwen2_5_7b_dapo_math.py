@@ -9,7 +9,7 @@ For a GPU Ray cluster with local copies of the model and data (nothing is downlo
 The config is qwen2_5_32b_dapo_math.py's (the paper's settings) with the model, the batch and
 the hardware scaled to one node: 128 prompts per step instead of 512 (still 32 per optimizer
 step, so 4 steps), and the learner unsharded enough to skip offload. It assumes (not run here;
-this project has measured its learner only on CPU, see the README's "Learner at scale"):
+this project has measured its learner only on CPU, see docs/scaling/learner.md):
 
 - learners: 4 GPUs of 80 GB, DeepSpeed ZeRO-3 without offload (7.6B parameters x 16 bytes of
   bf16 weights and gradients and fp32 AdamW state, sharded four ways: ~30 GB per GPU), gradient

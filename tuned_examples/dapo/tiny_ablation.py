@@ -11,8 +11,8 @@ seed spread shaded) are written into the run directory.
     python tuned_examples/dapo/tiny_ablation.py --seeds 1 --stop '{"training_iteration": 2}'   # smoke
     rllib train file tuned_examples/dapo/tiny_ablation.py          # the same grid, 3 seeds
 
-Why this task (chosen for what each technique acts on, before any result was seen; the README's
-"Ablation" section says more): "What is 47 + 5 + 8 + 3?" with one to six addends, worked out one
+Why this task (chosen for what each technique acts on, before any result was seen;
+docs/experiments/ablation.md says more): "What is 47 + 5 + 8 + 3?" with one to six addends, worked out one
 line per addend. Difficulty and needed length both grow with the number of addends, so groups
 are all right (one addend), all wrong (six) or mixed, and long answers meet the response limit.
 The warm start imitates three ways of answering: the scratchpad "47+5=52", the same spaced out

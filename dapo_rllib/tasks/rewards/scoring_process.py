@@ -40,9 +40,9 @@ import traceback
 import weakref
 from typing import IO, Any, Final, Self
 
-from dapo_rllib.env_vars import NO_REGISTRATION_ENV
 from dapo_rllib.columns import Info
 from dapo_rllib.contracts import ScoreResult, check_score_result
+from dapo_rllib.env_vars import NO_REGISTRATION_ENV
 from dapo_rllib.tasks.rewards import load_scorer
 from dapo_rllib.tasks.rewards.math_dapo import INVALID_PRED
 

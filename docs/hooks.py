@@ -1,0 +1,161 @@
+"""MkDocs hooks: the pages generated from the code, and the measurements of bench/results in the site.
+
+- `<!-- generated: layout -->` becomes the repository's layout, one row per module with the first
+  paragraph of its docstring (read with `ast`, nothing imported).
+- `<!-- generated: settings-defaults -->` becomes the table of DAPOConfig's settings and their defaults,
+  read from a fresh `DAPOConfig()` (the settings' meanings come from the docstrings, by mkdocstrings).
+- `<!-- generated: scale-table WORKLOAD="column label" ... -->` becomes the table of `bench/scale.py`'s
+  results for those workloads, read from bench/results/scale_<WORKLOAD>.json.
+- `<!-- generated: micro-batch-sweep FILE="row label" ... -->` becomes the table of the micro-batch
+  sweeps in bench/results/<FILE>.json (`bench/scale.py --sweep-micro-batch-tokens`).
+- The figures and JSON files of bench/results are served under results/.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+# Directories whose Python files the layout lists, and whether to descend into subdirectories.
+LAYOUT_DIRS = (("dapo_rllib", True), ("envs", False), ("tuned_examples/dapo", False), ("bench", False))
+# The settings methods of DAPOConfig whose keyword arguments are DAPO's own settings.
+SETTINGS_METHODS = ("training", "evaluation", "reporting")
+
+
+def on_files(files, config):
+    """Serve bench/results' figures and JSON files as results/<name> (its tables are read by snippets)."""
+    for path in sorted(RESULTS.iterdir()):
+        if path.suffix != ".md":
+            files.append(File.generated(config, f"results/{path.name}", abs_src_path=str(path)))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    return GENERATED.sub(lambda m: GENERATORS[m["kind"]](*shlex.split(m["args"])), markdown)
+
+
+def summary(path: Path) -> str:
+    """The first paragraph of a module's docstring, on one line, fit for a table cell."""
+    docstring = ast.get_docstring(ast.parse(path.read_text(), filename=str(path)))
+    if not docstring:
+        raise ValueError(f"{path.relative_to(ROOT)} has no module docstring; the layout page lists each module's")
+    first = docstring.split("\n\n", 1)[0]
+    for role in (":mod:", ":class:", ":func:", ":meth:"):
+        first = first.replace(role, "")
+    return " ".join(first.split()).replace("``", "`").replace("|", "\\|")
+
+
+def layout_markdown() -> str:
+    sections = []
+    for directory, recursive in LAYOUT_DIRS:
+        base = ROOT / directory
+        paths = sorted(base.rglob("*.py") if recursive else base.glob("*.py"))
+        rows = [f"| `{p.relative_to(ROOT).as_posix()}` | {summary(p)} |" for p in paths if "__pycache__" not in p.parts]
+        sections.append(f"### `{directory}/`\n\n| module | what it is |\n|---|---|\n" + "\n".join(rows))
+    return "\n\n".join(sections)
+
+
+def shown(value) -> str:
+    """A default as a reader writes it: a function by its import path, anything else by its repr."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{value.__module__}.{value.__qualname__}"
+    return repr(value)
+
+
+def settings_defaults_markdown() -> str:
+    # The docs describe this tree, as mkdocstrings does (`paths: [.]`).
+    sys.path.insert(0, str(ROOT))
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    from dapo_rllib.algorithm.dapo_config import DAPOConfig
+
+    dapo, rllib = DAPOConfig(), AlgorithmConfig()
+    rows = []
+    for method in SETTINGS_METHODS:
+        own = [n for n in inspect.signature(getattr(DAPOConfig, method)).parameters if n not in ("self", "kwargs")]
+        rows += [f"| `{n}` | `{shown(getattr(dapo, n))}` | `.{method}()` |" for n in own]
+        # RLlib's own settings of the same method, where DAPO sets another value.
+        inherited = inspect.signature(getattr(AlgorithmConfig, method)).parameters
+        rows += [
+            f"| `{n}` | `{shown(vars(dapo)[n])}` (RLlib's: `{shown(vars(rllib)[n])}`) | `.{method}()` |"
+            for n in inherited
+            if n not in own and n in vars(rllib) and vars(dapo)[n] != vars(rllib)[n]
+        ]
+    return "| setting | default | set with |\n|---|---|---|\n" + "\n".join(rows)
+
+
+# A row of the scale table: its label and its value from one workload's results.
+SCALE_ROWS = (
+    ("`step_s`", lambda r: f"{r['step_s']:.1f}"),
+    ("`generation_s`", lambda r: f"{r['generation_s']:.1f}"),
+    ("`update_s`", lambda r: f"{r['update_s']:.1f}"),
+    ("`weight_sync_s`", lambda r: f"{r['weight_sync_s']:.2f}"),
+    ("sync share of the step", lambda r: f"{r['weight_sync_s'] / r['step_s']:.1%}"),
+    ("generated tokens/s", lambda r: f"{r['response_tokens'] / r['generation_s']:.0f}"),
+    ("`rollout_logp_abs_diff`", lambda r: f"{r['rollout_logp_abs_diff']:.4f}"),
+    ("`peak_rss_learner_gb`", lambda r: f"{r['peak_rss_learner_gb']:.1f}"),
+    ("`peak_rss_env_runner_gb`", lambda r: f"{r['peak_rss_env_runner_gb']:.1f}"),
+    ("`framework_overhead`", lambda r: f"{r['framework_overhead']:.2f}"),
+    ("`async_step_s`", lambda r: "" if r["async_step_s"] is None else f"{r['async_step_s']:.1f}"),
+)
+
+
+def labelled(args: tuple[str, ...]) -> list[tuple[str, str]]:
+    """`NAME=label` arguments as (name, label) pairs."""
+    pairs = [arg.split("=", 1) for arg in args]
+    if not pairs or any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f'expected NAME="label" arguments, got {args}')
+    return [(name, label) for name, label in pairs]
+
+
+def result(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = [header, ["---"] * len(header), *rows]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def scale_table(corner: str, *columns: str) -> str:
+    workloads = labelled(columns)
+    results = [result(f"scale_{name}") for name, _ in workloads]
+    rows = [[label] + [value(r) for r in results] for label, value in SCALE_ROWS]
+    return table([corner] + [label for _, label in workloads], rows)
+
+
+def micro_batch_sweep(*files: str) -> str:
+    sweeps = [(label, result(name)["micro_batch_sweep"]) for name, label in labelled(files)]
+    budgets = [point["max_tokens_per_micro_batch"] for point in sweeps[0][1]]
+    rows = []
+    for label, sweep in sweeps:
+        if [point["max_tokens_per_micro_batch"] for point in sweep] != budgets:
+            raise ValueError(f"the sweeps {files} measured different budgets")
+        fastest = min(point["bare_step_s"] for point in sweep)
+        rows.append(
+            [f"{label}, s"]
+            + [
+                f"**{p['bare_step_s']:.1f}**" if p["bare_step_s"] == fastest else f"{p['bare_step_s']:.1f}"
+                for p in sweep
+            ]
+        )
+        rows.append([f"{label}, peak above resident, GB"] + [f"{p['peak_extra_gb']:.2f}" for p in sweep])
+    return table(["tokens per micro-batch"] + [f"{b:,}" for b in budgets], rows)
+
+
+GENERATORS = {
+    "layout": layout_markdown,
+    "settings-defaults": settings_defaults_markdown,
+    "scale-table": scale_table,
+    "micro-batch-sweep": micro_batch_sweep,
+}
+GENERATED = re.compile(r"<!-- generated: (?P<kind>[a-z-]+)(?P<args>[^>]*?)\s*-->")

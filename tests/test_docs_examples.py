@@ -1,0 +1,90 @@
+"""Every complete example of the docs runs as written (tests/doc_examples.py says which blocks those are).
+
+Each runs as a module of its own; one that defines `config` must pass `config.validate()`. The
+examples that need Ray and vLLM to show their worth run further in tests/test_custom_task.py
+(reverse_word.py) and tests/test_multi_turn.py (guess_number.py). None starts Ray here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+from dapo_rllib.algorithm.core_algos import policy_loss_fn
+from tests.doc_examples import (
+    DOCS,
+    DocExample,
+    doc_example,
+    doc_examples,
+    example_module,
+    modules,
+    page_examples,
+    stale_code_names,
+)
+
+EXAMPLES = doc_examples()
+MODULES = modules()
+README = Path(__file__).parents[1] / "README.md"
+
+
+def test_titles_are_unique_and_name_the_examples_other_tests_run():
+    titles = [example.title for example in EXAMPLES]
+    assert len(titles) == len(set(titles)), titles
+    assert {"reverse_word.py", "guess_number.py", "reinforce_loss.py"} <= set(titles)
+
+
+@pytest.mark.usefixtures("restore_registries")
+@pytest.mark.parametrize("example", EXAMPLES, ids=str)
+def test_example_runs_and_its_config_validates(example: DocExample):
+    with example_module(example, f"docs_{Path(example.title).stem}") as module:
+        config = getattr(module, "config", None)
+        if config is not None:
+            assert isinstance(config, AlgorithmConfig), type(config)
+            config.validate()
+
+
+@pytest.mark.usefixtures("restore_registries")
+def test_the_reinforce_example_is_the_loss_its_config_selects():
+    with example_module(doc_example("reinforce_loss.py"), "docs_reinforce_loss") as module:
+        assert module.config.policy_loss == "reinforce"
+        assert policy_loss_fn("reinforce") is module.reinforce_loss
+        log_probs = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
+        loss, metrics = module.reinforce_loss(
+            log_probs,
+            log_probs.detach(),
+            torch.tensor([[1.0, 1.0], [-2.0, -2.0]]),
+            torch.tensor([[1, 1], [1, 0]]),
+            loss_agg_mode="token-mean",
+        )
+    # -A log p on the 3 loss tokens: 1, 2 and -(-2)(-0.5) = -1; token-mean (1 + 2 - 1) / 3
+    torch.testing.assert_close(loss, torch.tensor(2 / 3))
+    assert metrics == {}
+
+
+def test_blocks_inside_a_longer_fence_and_untitled_blocks_are_not_examples(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        '````markdown\n```python title="shown.py"\nx = 1\n```\n````\n\n'
+        "```python\nfragment = 1\n```\n\n"
+        '- a list item:\n\n    ```python title="indented.py"\n    y = 2\n    ```\n'
+    )
+    (example,) = page_examples(page)
+    assert (example.title, example.line, example.code) == ("indented.py", 13, "y = 2\n")
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.rglob("*.md"))], ids=lambda page: page.name)
+def test_the_code_a_page_names_exists(page: Path):
+    # File paths, dotted names and `module.name` short forms: a module moved or renamed shows here.
+    assert stale_code_names(page.read_text(), MODULES) == []
+
+
+def test_a_name_the_source_lacks_is_stale():
+    text = "`dapo_rllib.algorithm.dapo.DAPO`, `dapo_rllib/no_such.py`, `core_algos.agg_loss`, `core_algos.gone`, `x.md`"
+    assert stale_code_names(text, MODULES) == ["dapo_rllib/no_such.py", "core_algos.gone"]
+
+
+def test_the_readme_reads_in_five_minutes():
+    assert len(README.read_text().splitlines()) <= 250
