@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 # Directories whose Python files the layout lists, and whether to descend into subdirectories.
 LAYOUT_DIRS = (("dapo_rllib", True), ("envs", False), ("tuned_examples/dapo", False), ("bench", False))
-# The settings methods of DAPOConfig whose keyword arguments are DAPO's own settings.
+# The settings methods of DAPOConfig; RLlib's settings of these that DAPO gives another default are listed too.
 SETTINGS_METHODS = ("training", "evaluation", "reporting")
+# The settings DAPOConfig holds itself (documented in its class docstring), with the method that sets each.
+OWN_SETTINGS = (("async_rollout", "training"), ("tensorboard_dir", "reporting"))
 
 
 def on_files(files, config):
@@ -76,21 +78,26 @@ def settings_defaults_markdown() -> str:
     sys.path.insert(0, str(ROOT))
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
-    from dapo_rllib.algorithm.dapo_config import DAPOConfig
+    from dapo_rllib.algorithm.dapo import TRAINING_SETTINGS, DAPOConfig, EvaluationSettings
 
     dapo, rllib = DAPOConfig(), AlgorithmConfig()
     rows = []
-    for method in SETTINGS_METHODS:
-        own = [n for n in inspect.signature(getattr(DAPOConfig, method)).parameters if n not in ("self", "kwargs")]
-        rows += [f"| `{n}` | `{shown(getattr(dapo, n))}` | `.{method}()` |" for n in own]
-        # RLlib's own settings of the same method, where DAPO sets another value.
-        inherited = inspect.signature(getattr(AlgorithmConfig, method)).parameters
+    for settings, method in [(s, "training") for s in TRAINING_SETTINGS] + [(EvaluationSettings, "evaluation")]:
         rows += [
-            f"| `{n}` | `{shown(vars(dapo)[n])}` (RLlib's: `{shown(vars(rllib)[n])}`) | `.{method}()` |"
-            for n in inherited
-            if n not in own and n in vars(rllib) and vars(dapo)[n] != vars(rllib)[n]
+            f"| `{name}` | `{shown(getattr(dapo, name))}` | `.{method}()` | [`{settings.__name__}`](#{settings.__name__.lower()}) |"
+            for name in settings.defaults()
         ]
-    return "| setting | default | set with |\n|---|---|---|\n" + "\n".join(rows)
+    rows += [
+        f"| `{name}` | `{shown(getattr(dapo, name))}` | `.{method}()` | `DAPOConfig` |" for name, method in OWN_SETTINGS
+    ]
+    for method in SETTINGS_METHODS:
+        # RLlib's own settings of the method, where DAPO sets another value.
+        rows += [
+            f"| `{n}` | `{shown(vars(dapo)[n])}` (RLlib's: `{shown(vars(rllib)[n])}`) | `.{method}()` | RLlib |"
+            for n in inspect.signature(getattr(AlgorithmConfig, method)).parameters
+            if n in vars(rllib) and vars(dapo)[n] != vars(rllib)[n]
+        ]
+    return "| setting | default | set with | documented by |\n|---|---|---|---|\n" + "\n".join(rows)
 
 
 # A row of the scale table: its label and its value from one workload's results.

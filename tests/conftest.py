@@ -103,6 +103,7 @@ def _write_tiny_models(terminalreporter, config) -> None:
 def restore_registries():
     """Whatever a test registers as a policy loss or advantage estimator is gone after it, so no
     variant leaks into another test."""
+    from dapo_rllib.algorithm.core_algos import registry as core_algos_registry
 
     tables = (core_algos_registry._POLICY_LOSSES.table, core_algos_registry._ADV_ESTIMATORS.table)
     saved = [dict(table) for table in tables]

@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dapo_rllib"
 MAX_MODULE_LINES = 650
 MAX_FUNCTION_LINES = 80
 # Sides that never import the algorithm (dapo_rllib.algorithm): the algorithm drives them.
-BELOW_THE_ALGORITHM = ("dapo_rllib.rollout.turn_loop", "dapo_rllib.tasks", "dapo_rllib.models")
+BELOW_THE_ALGORITHM = ("dapo_rllib.rollout", "dapo_rllib.tasks", "dapo_rllib.models")
 
 
 def _module_name(path: Path) -> str:
