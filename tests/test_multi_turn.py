@@ -19,6 +19,7 @@ from dapo_rllib.algorithm.connectors import PadTokenBatch
 from dapo_rllib.columns import Columns, Extras, Metrics
 from dapo_rllib.reporting.progress import summary_line
 from dapo_rllib.reporting.tensorboard import readable_scalars
+from dapo_rllib.rollout.chat_turns import TurnRenderer
 from dapo_rllib.rollout.env_runner import TRAIN_STREAM
 from dapo_rllib.rollout.turn_loop import EndReason
 from dapo_rllib.rollout.vllm_engine import request_seed, sampling_params
