@@ -6,7 +6,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns as RLlibColumns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from dapo_rllib.algorithm.connectors import GroupAdvantages, PadTokenBatch, episode_value
+from dapo_rllib.algorithm.connectors import GroupAdvantages, PadTokenBatch
 from dapo_rllib.algorithm.dynamic_sampling import group_episodes, informative_groups, without_broken_tasks
 from dapo_rllib.columns import Columns, Extras
 
@@ -116,7 +116,7 @@ def test_informative_groups_keeps_mixed_and_single_member_groups():
     groups = group_episodes(eps)
     assert [len(g) for g in groups] == [2, 2, 2, 1]
     kept = informative_groups(groups, Extras.ACC)
-    assert [int(g[0].get_extra_model_outputs(Extras.GROUP_ID, 0)) for g in kept] == [2, 3]
+    assert [g.group_id for g in kept] == [2, 3]
 
 
 def test_groups_of_broken_tasks_are_dropped_with_a_warning(caplog):
@@ -129,7 +129,7 @@ def test_groups_of_broken_tasks_are_dropped_with_a_warning(caplog):
     ]
     with caplog.at_level("WARNING", logger="dapo_rllib.algorithm.dynamic_sampling"):
         kept = without_broken_tasks(group_episodes(eps))
-    assert [int(episode_value(g[0], Extras.GROUP_ID)) for g in kept] == [0]
+    assert [g.group_id for g in kept] == [0]
     assert caplog.messages == [f"dropped the group of a broken task (not trained on): {broken}"]
 
 
@@ -142,7 +142,7 @@ def test_dynamic_sampling_groups_and_filters_multi_turn_episodes_by_their_outcom
         turns_episode([1], turns, -1.0, 5),  # all wrong
     ]
     kept = informative_groups(group_episodes(eps), Extras.ACC)
-    assert [[len(ep) for ep in g] for g in kept] == [[2, 1]]
+    assert [[len(ep) for ep in g.episodes] for g in kept] == [[2, 1]]
 
 
 def test_a_multi_turn_episode_is_one_sequence_with_only_the_models_tokens_in_the_loss():

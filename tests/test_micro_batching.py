@@ -62,15 +62,17 @@ def test_each_learner_gets_whole_groups_and_the_same_number_of_mini_batches(ray_
     import ray
 
     from dapo_rllib.algorithm.dapo import DAPOConfig, learner_data
+    from dapo_rllib.algorithm.dynamic_sampling import Group
 
     config = DAPOConfig().training(group_size=4, train_batch_size_prompts=8, minibatch_size_prompts=4)
-    groups = [[f"g{g}e{e}" for e in range(4)] for g in range(8)]
+    names = [[f"g{g}e{e}" for e in range(4)] for g in range(8)]
+    groups = [Group(g, episodes) for g, episodes in enumerate(names)]
     data = learner_data(groups, num_learners=2, cfg=config)
     shards = [ray.get(ref) for ref in data["episodes_refs"]]
-    assert shards == [[ep for g in groups[:4] for ep in g], [ep for g in groups[4:] for ep in g]]
+    assert shards == [[ep for g in names[:4] for ep in g], [ep for g in names[4:] for ep in g]]
     # 2 groups of each learner per optimizer step, 2 steps each.
     assert data["minibatch_size"] == 2 * 4 and data["num_total_minibatches"] == 2
     single = learner_data(groups, num_learners=1, cfg=config)
-    assert single["episodes"] == [ep for g in groups for ep in g] and single["minibatch_size"] == 16
+    assert single["episodes"] == [ep for g in names for ep in g] and single["minibatch_size"] == 16
     with pytest.raises(ValueError, match="7 groups cannot be shared whole by num_learners=2"):
         learner_data(groups[:7], num_learners=2, cfg=config)

@@ -42,9 +42,10 @@ from transformers import AutoConfig
 from dapo_rllib.algorithm.checkpoints import refuse_another_algorithms_checkpoint
 from dapo_rllib.algorithm.connectors import GroupAdvantages, PadTokenBatch, RecomputeOldLogProbs
 from dapo_rllib.algorithm.deepspeed_learner import DAPODeepSpeedLearner, DeepSpeedLearnerGroup, DeepSpeedSettings
-from dapo_rllib.algorithm.dynamic_sampling import GroupSampler, SamplingSettings
+from dapo_rllib.algorithm.dynamic_sampling import Group, GroupSampler, SamplingSettings
 from dapo_rllib.algorithm.learner import DAPOTorchLearner, LearnerSettings
 from dapo_rllib.algorithm.loss import LossSettings, RolloutCorrectionSettings
+from dapo_rllib.algorithm.runner_fleet import RunnerFleet
 from dapo_rllib.algorithm.validation import EvaluationSettings, as_stats, evaluate_heldout, heldout_results
 from dapo_rllib.columns import Metrics
 from dapo_rllib.models.lora import LoraSettings, lora_sync_path
@@ -53,13 +54,12 @@ from dapo_rllib.models.rl_module import CausalLMRLModule, export_hf_model
 from dapo_rllib.ray_private import count_restored_env_runners, value_error
 from dapo_rllib.reporting.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
 from dapo_rllib.rollout.env_runner import VLLMEnvRunner
-from dapo_rllib.rollout.env_runner_group import bring_back_env_runners, on_env_runners, sample_on_env_runners
+from dapo_rllib.rollout.env_runner_group import on_env_runners
 from dapo_rllib.rollout.turn_loop import TurnSettings
 from dapo_rllib.rollout.vllm_engine import SamplerSettings
-from dapo_rllib.rollout.weight_sync import WeightSyncSettings, stream_weights
+from dapo_rllib.rollout.weight_sync import WeightSyncSettings
 from dapo_rllib.settings import FeatureSettings, require
 from dapo_rllib.tasks.env_names import MATH_ENV
-from dapo_rllib.tasks.problem_env import DrawOrder
 from dapo_rllib.tasks.rewards.overlong import OverlongSettings
 
 __all__ = ["DAPO", "DAPOConfig", "learner_data"]
@@ -405,19 +405,23 @@ class DAPO(Algorithm):
         super().setup(config)
         self._tensorboard: TensorBoardWriter | None = None
         self._evaluated_before_training = False
-        self.num_evaluations = 0  # calls of the evaluation function so far
+        self._num_evaluations = 0  # evaluate() calls so far
         self._pending_groups = None  # async_rollout: the batch generated during the last update
         self._generator = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="dapo-rollout") if config.async_rollout else None
         )
-        # Held while the learners update or send weights: async_rollout's generation thread may
-        # have to bring a restarted env runner up to date in the middle of an update.
+        # Held while the learners update or send weights (see `RunnerFleet`).
         self._learner_lock = threading.Lock()
-        # The training data's position lives here, not in the env runners, so that a replaced
-        # runner neither restarts nor repeats the epoch: the order starts as the env's own.
+        self._fleet = RunnerFleet(
+            self.env_runner_group, self.eval_env_runner_group, self.learner_group, config, self._learner_lock
+        )
+        # The training data's position lives here, not in the env runners, so that a replaced runner
+        # neither restarts nor repeats the epoch: a new order, as the training env's config defines it.
         group = self.env_runner_group
-        initial = on_env_runners(group, lambda runner: runner.env.get_state(), list(group.healthy_worker_ids())[:1])[0]
-        self._sampler = GroupSampler(config, self._sample, DrawOrder.from_state(initial))
+        draw_order = on_env_runners(
+            group, lambda runner: runner.env.new_draw_order(), list(group.healthy_worker_ids())[:1]
+        )
+        self._sampler = GroupSampler(config, self._fleet, draw_order[0])
 
     @override(Algorithm)
     def step(self) -> dict:
@@ -426,9 +430,9 @@ class DAPO(Algorithm):
         RLlib's metrics keep reporting the last evaluation until the next one; a curve (and the
         "accuracy after training") must only show evaluations made in the iteration reported.
         """
-        evaluations, first_iteration = self.num_evaluations, self.iteration == 0
+        evaluations, first_iteration = self._num_evaluations, self.iteration == 0
         results = super().step()
-        if self.num_evaluations == evaluations:
+        if self._num_evaluations == evaluations:
             results.pop(EVALUATION_RESULTS, None)
         if not first_iteration:
             results.pop(EVAL_BEFORE_TRAINING, None)
@@ -446,11 +450,11 @@ class DAPO(Algorithm):
             elif self._pending_groups is not None:
                 groups, self._pending_groups = self._pending_groups, None
             else:  # the first step of an async run
-                groups, stats = self._sampler.collect_apart()
+                groups, stats = self._sampler.collect_with_stats()
                 self.metrics.aggregate([stats])
         if cfg.async_rollout:
             # The next batch, sampled during the update with the weights the runners hold now.
-            next_batch = self._generator.submit(self._sampler.collect_apart)
+            next_batch = self._generator.submit(self._sampler.collect_with_stats)
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1), self._learner_lock:
             results = self.learner_group.update(
@@ -473,6 +477,14 @@ class DAPO(Algorithm):
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
             buckets = self.sync_weights_to_env_runners()
         self.metrics.log_value((Metrics.ROLLOUT, Metrics.WEIGHT_SYNC_BUCKETS), buckets, window=1)
+        count_restored_env_runners(self, self._fleet.pop_restored_count())  # those brought back mid-sampling
+
+    @override(Algorithm)
+    def evaluate(self, *args, **kwargs) -> dict:
+        """RLlib's evaluation, counted: `step` reports only the evaluations of its own iteration."""
+        results = super().evaluate(*args, **kwargs)
+        self._num_evaluations += 1
+        return results
 
     def _evaluate_before_training(self) -> None:
         print("[DAPO] evaluating before the first training step ...", flush=True)
@@ -480,62 +492,19 @@ class DAPO(Algorithm):
         self.metrics.aggregate([as_stats(results)], key=EVAL_BEFORE_TRAINING)
         self._evaluated_before_training = True
 
-    # ----- sampling on the env runners (see dapo_rllib.rollout.env_runner_group) --------------------
-    def _sample(self, requests: list[tuple[int, int]], metrics) -> list:
-        """The `GroupSampler`'s way to the env runners: `requests` spread over those in service."""
-        return sample_on_env_runners(
-            self.env_runner_group,
-            requests,
-            restart_failed=self.config.restart_failed_env_runners,
-            runners_in_service=self._env_runners_in_service,
-            metrics=metrics,
-        )
-
-    def _env_runners_in_service(self) -> list[int]:
-        """The env runners to sample on; when none is left, those `restore_env_runners` brings back."""
-        group = self.env_runner_group
-        if not group.healthy_worker_ids():
-            self.restore_env_runners(group)
-        return list(group.healthy_worker_ids())
-
+    # ----- the env runners (see dapo_rllib.algorithm.runner_fleet) ------------------------------
     @override(Algorithm)
     def restore_env_runners(self, env_runner_group) -> list[int]:
-        """RLlib's hook before each training step: every env runner in service, with the
-        learner's current weights, before the step samples.
-
-        With `restart_failed_env_runners`, a runner that died (found by a ping, or earlier by a
-        failed call) is waited for until Ray has restarted it, for up to
-        `env_runner_restore_timeout_s` (see `env_runner_group.bring_back_env_runners`); then the
-        learner's weights are streamed into it. (RLlib's own restore would send the RL module's
-        inference-only state, which holds no weights for vLLM engines; the draw order needs no
-        restoring.)"""
-        cfg = self.config
-        if cfg.restart_failed_env_runners:
-            restored = bring_back_env_runners(
-                env_runner_group,
-                probe_timeout_s=cfg.env_runner_health_probe_timeout_s,
-                restore_timeout_s=cfg.env_runner_restore_timeout_s,
-            )
-        else:
-            restored = env_runner_group.probe_unhealthy_env_runners()
-        if restored:
-            count_restored_env_runners(self, len(restored))
-            self.sync_weights_to_env_runners(restored, group=env_runner_group)
-            print(f"[DAPO] env runner(s) {sorted(restored)} restarted and given the current weights", flush=True)
+        """RLlib's hook before each training step: every env runner in service, with the learner's
+        current weights, before the step samples (`RunnerFleet.restore`)."""
+        restored = self._fleet.restore(env_runner_group)
+        count_restored_env_runners(self, self._fleet.pop_restored_count())
         return restored
 
-    # ----- weight sync (see dapo_rllib.rollout.weight_sync) ----------------------------------------
     def sync_weights_to_env_runners(self, env_runner_ids: list[int] | None = None, *, group=None) -> int:
-        """Stream the learner's weights into every vLLM engine (or those of the env runners
-        `env_runner_ids` of `group`, by default the training runners) and return once all hold
-        them: DAPO is on-policy, the next generation round must use the new weights. Returns the
+        """The learner's weights into the env runners' engines (`RunnerFleet.sync_weights`); returns the
         number of buckets sent."""
-        if env_runner_ids is None:
-            targets = [(g, None) for g in (self.env_runner_group, self.eval_env_runner_group) if g is not None]
-        else:
-            targets = [(group or self.env_runner_group, env_runner_ids)]
-        with self._learner_lock:
-            return stream_weights(self.learner_group, targets, self.config.weight_sync_settings.bucket_bytes)
+        return self._fleet.sync_weights(env_runner_ids, group=group)
 
     # ----- reporting ------------------------------------------------------------------------
     @override(Algorithm)
@@ -596,7 +565,7 @@ class DAPO(Algorithm):
         self.sync_weights_to_env_runners()
 
 
-def learner_data(groups: list[list], num_learners: int, cfg: DAPOConfig) -> dict[str, Any]:
+def learner_data(groups: list[Group], num_learners: int, cfg: DAPOConfig) -> dict[str, Any]:
     """`LearnerGroup.update` arguments that give each learner whole groups.
 
     RLlib's own episode sharding balances by length and splits groups, which would change their
@@ -605,13 +574,14 @@ def learner_data(groups: list[list], num_learners: int, cfg: DAPOConfig) -> dict
     mini-batches (their gradient sums must meet once per optimizer step).
     """
     if num_learners == 1:
-        episodes = [ep for group in groups for ep in group]
+        episodes = [ep for group in groups for ep in group.episodes]
         return {"episodes": episodes, "minibatch_size": min(cfg.minibatch_size_sequences, len(episodes))}
     if len(groups) % num_learners:
         raise ValueError(f"{len(groups)} groups cannot be shared whole by num_learners={num_learners}")
     per_learner = len(groups) // num_learners
     shards = [
-        [ep for group in groups[i * per_learner : (i + 1) * per_learner] for ep in group] for i in range(num_learners)
+        [ep for group in groups[i * per_learner : (i + 1) * per_learner] for ep in group.episodes]
+        for i in range(num_learners)
     ]
     minibatch_prompts = min(cfg.minibatch_size_prompts, len(groups)) // num_learners
     return {

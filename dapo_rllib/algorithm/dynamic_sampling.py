@@ -13,8 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -24,6 +23,7 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from dapo_rllib.algorithm import core_algos
 from dapo_rllib.algorithm.connectors import episode_value
 from dapo_rllib.columns import Extras, Metrics
+from dapo_rllib.rollout.env_runner_group import SampleReport
 from dapo_rllib.rollout.turn_loop import EndReason
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
 from dapo_rllib.tasks.problem_env import DrawOrder
@@ -89,23 +89,43 @@ class SamplingSettings(FeatureSettings):
         )
 
 
-# (problem index, group id) requests -> [(episodes, env runner metrics, timing)] of the env runners
-SampleFn = Callable[[list[tuple[int, int]], MetricsLogger], list[tuple[list, Any, dict]]]
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """The episodes sampled for one prompt (one problem, one group id, one seed stream): the unit that
+    advantages are computed over and that dynamic sampling keeps or drops whole."""
+
+    group_id: int
+    episodes: list
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def values(self, key: str) -> np.ndarray:
+        """Each episode's extra `key` (`columns.Extras`)."""
+        return np.array([episode_value(ep, key) for ep in self.episodes])
+
+
+class Fleet(Protocol):
+    """Where the rounds are sampled: the env runners in service (`dapo_rllib.algorithm.runner_fleet`)."""
+
+    def sample(self, requests: list[tuple[int, int]], metrics: MetricsLogger) -> list[SampleReport]: ...
 
 
 class GroupSampler:
-    def __init__(self, config, sample: SampleFn, draw_order: DrawOrder):
+    """Generation rounds on `fleet` of the problems `draw_order` gives, kept as informative groups."""
+
+    def __init__(self, config, fleet: Fleet, draw_order: DrawOrder):
         self.config = config
-        self._sample = sample
+        self._fleet = fleet
         self._draw_order = draw_order
         self._next_group_id = 0
 
-    def collect(self, metrics: MetricsLogger) -> list[list]:
+    def collect(self, metrics: MetricsLogger) -> list[Group]:
         """Generation rounds until `train_batch_size_prompts` informative groups (or one round of
         that many prompts without dynamic sampling); their metrics go to `metrics`."""
         cfg = self.config
-        kept: list[list] = []
-        generated: list[list] = []
+        kept: list[Group] = []
+        generated: list[Group] = []
         rounds = 0
         metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_RUNNERS_LOST), 0, reduce="sum")
         num_prompts = cfg.gen_batch_size_prompts if cfg.dynamic_sampling else cfg.train_batch_size_prompts
@@ -137,7 +157,7 @@ class GroupSampler:
         self._log_rollout_metrics(generated, informative, len(kept), rounds, metrics)
         return kept
 
-    def collect_apart(self) -> tuple[list[list], dict]:
+    def collect_with_stats(self) -> tuple[list[Group], dict]:
         """`collect` with a logger of its own, returned reduced, to be merged into the algorithm's
         with `aggregate` by the main thread: safe in async_rollout's generation thread (RLlib's
         MetricsLogger is not thread-safe), and used for every collection of an async run, since a
@@ -152,16 +172,20 @@ class GroupSampler:
         first = self._next_group_id
         self._next_group_id += num_prompts
         requests = list(zip(self._draw_order.take(num_prompts), range(first, first + num_prompts)))
-        out = self._sample(requests, metrics)
-        metrics.aggregate([m for _, m, _ in out], key=ENV_RUNNER_RESULTS)
+        reports = self._fleet.sample(requests, metrics)
+        metrics.aggregate([report.metrics for report in reports], key=ENV_RUNNER_RESULTS)
         # Runners generate in parallel: a round takes as long as its slowest runner.
-        for key in (Metrics.GENERATION_S, Metrics.TOOL_S, Metrics.SCORING_S):
-            metrics.log_value((TIMERS, key), max(timing[key] for _, _, timing in out), reduce="sum")
-        tokens = sum(timing[Metrics.GENERATED_TOKENS] for _, _, timing in out)
+        for key, phase in (
+            (Metrics.GENERATION_S, "generation_s"),
+            (Metrics.TOOL_S, "tool_s"),
+            (Metrics.SCORING_S, "scoring_s"),
+        ):
+            metrics.log_value((TIMERS, key), max(getattr(report.timing, phase) for report in reports), reduce="sum")
+        tokens = sum(report.timing.generated_tokens for report in reports)
         metrics.log_value((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS), tokens, reduce="sum")
-        return [ep for episodes, _, _ in out for ep in episodes]
+        return [ep for report in reports for ep in report.episodes]
 
-    def _partial_batch_or_raise(self, kept: list, generated: list, rounds: int) -> list:
+    def _partial_batch_or_raise(self, kept: list[Group], generated: list[Group], rounds: int) -> list[Group]:
         cfg = self.config
         fraction = len(kept) / max(len(generated), 1)
         whole = (len(kept) // cfg.minibatch_size_prompts) * cfg.minibatch_size_prompts or len(kept) - len(kept) % max(
@@ -183,14 +207,14 @@ class GroupSampler:
         return kept[:whole]
 
     def _log_rollout_metrics(
-        self, generated: list[list], informative: int, trained: int, rounds: int, metrics: MetricsLogger
+        self, generated: list[Group], informative: int, trained: int, rounds: int, metrics: MetricsLogger
     ) -> None:
-        episodes = [ep for g in generated for ep in g]
+        episodes = [ep for g in generated for ep in g.episodes]
         model_tokens = np.array([sum(len(ep.get_actions(t)) for t in range(len(ep))) for ep in episodes])
         env_tokens = np.array([episode_value(ep, Extras.ENV_TOKENS) for ep in episodes])
         lengths = model_tokens + env_tokens
         turns = np.array([episode_value(ep, Extras.TURNS) for ep in episodes])
-        accs = [np.array([episode_value(ep, Extras.ACC) for ep in g]) for g in generated]
+        accs = [g.values(Extras.ACC) for g in generated]
         values = {
             Metrics.GENERATION_ROUNDS: rounds,
             Metrics.GROUPS_GENERATED: len(generated),
@@ -201,7 +225,7 @@ class GroupSampler:
             Metrics.GROUPS_ALL_WRONG_FRACTION: float(np.mean([a.max() == 0 for a in accs])),
             Metrics.TRUNCATION_RATIO: float(np.mean([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])),
             Metrics.SCORING_TIMEOUTS: sum(bool(episode_value(ep, Extras.SCORE_TIMED_OUT)) for ep in episodes),
-            Metrics.BROKEN_TASKS: sum(any(episode_value(ep, Extras.BROKEN_TASK) for ep in g) for g in generated),
+            Metrics.BROKEN_TASKS: sum(any(g.values(Extras.BROKEN_TASK)) for g in generated),
             Metrics.RESPONSE_LENGTH_MEAN: float(lengths.mean()),
             Metrics.RESPONSE_LENGTH_MAX: int(lengths.max()),
             Metrics.REWARD_MEAN: float(np.mean([ep.get_return() for ep in episodes])),
@@ -242,21 +266,21 @@ class GroupSampler:
         self._draw_order, self._next_group_id = order, state[DRAW_ORDER]["next_group_id"]
 
 
-def group_episodes(episodes: list) -> list[list]:
+def group_episodes(episodes: list) -> list[Group]:
     """Episodes grouped by prompt, in first-seen order."""
     groups: dict[int, list] = defaultdict(list)
     for ep in episodes:
         groups[int(episode_value(ep, Extras.GROUP_ID))].append(ep)
-    return list(groups.values())
+    return [Group(group_id, members) for group_id, members in groups.items()]
 
 
-def without_broken_tasks(groups: list[list]) -> list[list]:
+def without_broken_tasks(groups: list[Group]) -> list[Group]:
     """The groups whose task's tests work: a broken task (tests that fail whatever the answer, see
     `dapo_rllib.tasks.rewards.program_judge`) says nothing about the answers, so it is not trained on;
     each one dropped is logged as a warning with why, and counted (rollout/broken_tasks)."""
     healthy = []
     for group in groups:
-        why = next((episode_value(ep, Extras.BROKEN_TASK) for ep in group if episode_value(ep, Extras.BROKEN_TASK)), "")
+        why = next((why for why in group.values(Extras.BROKEN_TASK) if why), "")
         if why:
             logger.warning("dropped the group of a broken task (not trained on): %s", why)
         else:
@@ -265,14 +289,14 @@ def without_broken_tasks(groups: list[list]) -> list[list]:
 
 
 def informative_groups(
-    groups: list[list], metric_key: str, band: tuple[float, float] | None = None, min_std: float = 0.0
-) -> list[list]:
+    groups: list[Group], metric_key: str, band: tuple[float, float] | None = None, min_std: float = 0.0
+) -> list[Group]:
     """Groups whose metric varies (or single-member groups), inside `band` and with at least
     `min_std` if given, via core_algos.filter_groups."""
     if not groups:
         return []
-    values = torch.tensor([float(episode_value(ep, metric_key)) for g in groups for ep in g], dtype=torch.float64)
-    ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
+    values = torch.tensor([float(v) for g in groups for v in g.values(metric_key)], dtype=torch.float64)
+    ids = torch.tensor([i for i, g in enumerate(groups) for _ in range(len(g))])
     keep = core_algos.filter_groups(values, ids, band=band, min_std=min_std)
     first = np.cumsum([0] + [len(g) for g in groups[:-1]])
     return [g for g, start in zip(groups, first) if bool(keep[start])]

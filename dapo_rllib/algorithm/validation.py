@@ -79,7 +79,6 @@ def evaluate_heldout(algorithm, eval_env_runner_group) -> tuple[dict, int, int]:
     the learner's weights: DAPO syncs them after every update).
     """
     results = heldout_results(algorithm.config, eval_env_runner_group or algorithm.env_runner_group)
-    algorithm.num_evaluations += 1
     # Evaluate() reads results back as merged stats, the way eval env runners report theirs.
     algorithm.metrics.aggregate([as_stats(results)], key=EVALUATION_RESULTS)
     num_samples = results[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED]

@@ -46,6 +46,7 @@ from dapo_rllib.contracts import EvalRecord
 from dapo_rllib.models.lora import EngineAdapter, lora_adapter_config
 from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
+from dapo_rllib.rollout.timing import RolloutTiming
 from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, TurnLoop
 from dapo_rllib.rollout.vllm_engine import EngineWeights, build_vllm_engine, request_seed, sampling_params
 from dapo_rllib.rollout.weight_sync import TRANSPORTS
@@ -84,7 +85,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self._renderer(self.env)  # a chat template that cannot show the env's tools is refused here
         # Wall times of the last sample() call, returned to the algorithm with its episodes: a
         # generation round takes as long as its slowest runner, which summed metrics cannot show.
-        self.last_sample_timing: dict[str, float] = {}
+        self.last_sample_timing = RolloutTiming()  # of the last sample() or evaluate() call
 
     # ----- spaces, health, lifecycle --------------------------------------------------------
     @override(EnvRunner)
@@ -182,7 +183,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             if rollout.prompt_truncated:
                 self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
         timing = self._train_loop.run(rollouts)
-        self.last_sample_timing = timing.as_metrics()
+        self.last_sample_timing = timing
         penalties = self._overlong_penalties([r.response_length for r in rollouts])
         group_ids = [group_id for _, group_id in requests for _ in range(cfg.group_size)]
         episodes = [self._episode(r, g, p) for r, g, p in zip(rollouts, group_ids, penalties)]
@@ -277,7 +278,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         bar = tqdm(total=len(mine) * num_samples, desc="evaluating", unit="episode", disable=not progress)
         timing = self._eval_loop.run([r for samples in rollouts.values() for r in samples], progress=bar.update)
         bar.close()
-        self.last_sample_timing = timing.as_metrics()
+        self.last_sample_timing = timing
         records = []
         for i, samples in rollouts.items():
             problem = env.problem(i)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -22,6 +23,17 @@ import ray
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from dapo_rllib.columns import Metrics
+from dapo_rllib.rollout.timing import RolloutTiming
+
+
+@dataclass
+class SampleReport:
+    """What an env runner sends back for its share of a generation round."""
+
+    episodes: list  # the share's SingleAgentEpisodes, whole groups
+    metrics: dict  # the runner's reduced MetricsLogger stats (`EnvRunner.get_metrics`)
+    timing: RolloutTiming  # the round's phases on that runner
+
 
 # Tries of a generation round's share before a failing env runner stops the run: a runner that
 # raises dies and comes back (RLlib), so a share that kills every runner would loop for ever.
@@ -52,8 +64,8 @@ def sample_on_env_runners(
     restart_failed: bool,
     runners_in_service: Callable[[], list[int]],
     metrics: MetricsLogger,
-) -> list[tuple[list, Any, dict]]:
-    """`(episodes, metrics, timing)` of the env runners for `(problem index, group id)` requests,
+) -> list[SampleReport]:
+    """The env runners' reports for `(problem index, group id)` requests,
     each request answered exactly once.
 
     Spread evenly over `runners_in_service()`. A runner that dies mid-round takes nothing with it:
@@ -149,6 +161,6 @@ def _ping(env_runner) -> bool:
     return True
 
 
-def _sample_and_report(env_runner, requests: list[tuple[int, int]]):
+def _sample_and_report(env_runner, requests: list[tuple[int, int]]) -> SampleReport:
     episodes = env_runner.sample(requests=requests)
-    return episodes, env_runner.get_metrics(), env_runner.last_sample_timing
+    return SampleReport(episodes, env_runner.get_metrics(), env_runner.last_sample_timing)

@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from dapo_rllib.columns import Info, Metrics
+from dapo_rllib.columns import Info
 from dapo_rllib.contracts import ScoreInfo, check_score_result
 from dapo_rllib.rollout.chat_turns import TurnRenderer
+from dapo_rllib.rollout.timing import RolloutTiming
 from dapo_rllib.rollout.vllm_engine import decode_completions
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
 from dapo_rllib.tasks.problem_env import ProblemEnv
@@ -112,11 +113,6 @@ class EpisodeRollout:
         return [token for turn in self.turns for token in turn.model_ids + turn.env_ids]
 
     @property
-    def model_mask(self) -> list[int]:
-        """1 for each token the model sampled, 0 for each the environment added (aligned with response_ids)."""
-        return [bit for turn in self.turns for bit in [1] * len(turn.model_ids) + [0] * len(turn.env_ids)]
-
-    @property
     def truncated(self) -> bool:
         """The episode hit the token budget (whoever ended it: a one-turn task scores a cut answer too)."""
         return self.budget_spent
@@ -148,25 +144,6 @@ class EpisodeRollout:
     def answered_again(self) -> bool:
         """The environment scored more than one answer (it gave feedback and the model tried again)."""
         return sum(Info.ACC in turn.info for turn in self.turns) > 1
-
-
-@dataclass
-class RolloutTiming:
-    """Wall seconds of a round's phases, and what was generated."""
-
-    generation_s: float = 0.0
-    tool_s: float = 0.0  # steps that ran tool calls
-    scoring_s: float = 0.0  # steps that rated answers, and the runner's finish() calls
-    generated_tokens: int = 0
-    turns: int = 0  # model turns of the longest episode
-
-    def as_metrics(self) -> dict[str, float]:
-        return {
-            Metrics.GENERATION_S: self.generation_s,
-            Metrics.TOOL_S: self.tool_s,
-            Metrics.SCORING_S: self.scoring_s,
-            Metrics.GENERATED_TOKENS: self.generated_tokens,
-        }
 
 
 class TurnLoop:
@@ -201,13 +178,12 @@ class TurnLoop:
         episodes that end."""
         timing = RolloutTiming()
         while active := [e for e in episodes if e.end is None]:
-            timing.turns += 1
             completions = self._generate_turn(active, timing)
             messages = [self._model_message(e, c) for e, c in zip(active, completions)]
             results = self._step(active, messages, timing)
             ended = 0
             for episode, completion, result in zip(active, completions, results):
-                self._take(episode, completion, result)
+                self._record_step(episode, completion, result)
                 ended += episode.end is not None
             if ended:
                 start = time.perf_counter()
@@ -264,7 +240,7 @@ class TurnLoop:
             setattr(timing, phase, getattr(timing, phase) + time.perf_counter() - start)
         return results
 
-    def _take(self, episode: EpisodeRollout, completion, result: tuple) -> None:
+    def _record_step(self, episode: EpisodeRollout, completion, result: tuple) -> None:
         """Record a step's outcome and decide whether the episode goes on."""
         messages, reward, terminated, truncated, info = result
         turn = episode.turns[-1]

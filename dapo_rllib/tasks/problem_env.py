@@ -130,7 +130,10 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         self.action_space = spaces.Text(min_length=0, max_length=1_000_000, charset=string.printable)
 
         self._shuffle = bool(settings["shuffle"])
-        self._order = DrawOrder(self.num_problems, self._shuffle, settings["seed"])
+        self._seed = settings["seed"]
+        # The environment's own order, for `reset()` without a problem index and `draw()`: DAPO's env
+        # runners always pass the index (their trainer owns the run's order, `new_draw_order`).
+        self._order = DrawOrder(self.num_problems, self._shuffle, self._seed)
         # Index of the problem awaiting a step(), or None outside an episode.
         self._current: int | None = None
         # The text of the model's last turn, and its info where it was scored (for finish()).
@@ -301,6 +304,11 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         if self._current is None:
             raise RuntimeError(f"{self._name}.{caller}() called without an active episode: call reset() first")
         return self._problems[self._current]
+
+    def new_draw_order(self) -> DrawOrder:
+        """A draw order from the start, as this environment's config defines it (its problems, ``shuffle``
+        and ``seed``): the one a trainer owns when it tells the environments which problems to run."""
+        return DrawOrder(self.num_problems, self._shuffle, self._seed)
 
     def get_state(self) -> dict[str, Any]:
         """Draw-order state (see :meth:`DrawOrder.get_state`), for checkpoints."""
