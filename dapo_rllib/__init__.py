@@ -7,6 +7,7 @@ without Ray too (nothing is registered then). Processes that need no Ray (the sc
 `dapo_rllib.tasks.rewards.scoring_process`) set $DAPO_RLLIB_NO_REGISTRATION to skip it.
 """
 
+import importlib
 import os
 
 from dapo_rllib.env_vars import NO_REGISTRATION_ENV
@@ -35,3 +36,29 @@ if ray is not None and not os.environ.get(NO_REGISTRATION_ENV):
     from dapo_rllib.registry import register_all
 
     register_all()
+
+# The public names, importable from the package itself; each is loaded on first use, so the pure math
+# stays importable without Ray.
+_PUBLIC = {
+    "DAPO": "dapo_rllib.algorithm.dapo",
+    "DAPOConfig": "dapo_rllib.algorithm.dapo",
+    **dict.fromkeys(
+        [
+            f"{name}{suffix}"
+            for name in ("GRPO", "DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCEPlusPlus")
+            for suffix in ("", "Config")
+        ],
+        "dapo_rllib.algorithm.family",
+    ),
+    "ProblemEnv": "dapo_rllib.tasks.problem_env",
+    "Problem": "dapo_rllib.tasks.problem_env",
+    "Tool": "dapo_rllib.tasks.tools",
+    "VLLMEnvRunner": "dapo_rllib.rollout.env_runner",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'dapo_rllib' has no attribute {name!r}")
+    return getattr(importlib.import_module(_PUBLIC[name]), name)
