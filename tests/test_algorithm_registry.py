@@ -7,6 +7,7 @@ from ray.tune.registry import get_trainable_cls
 from ray.tune.search.variant_generator import generate_variants
 
 import dapo_rllib  # noqa: F401  (registers the algorithms)
+from dapo_rllib.algorithm.core_algos import CovarianceSelection
 from dapo_rllib.algorithm.dapo import DAPO, DAPOConfig
 from dapo_rllib.algorithm.family import (
     ALGORITHMS,
@@ -144,11 +145,11 @@ def test_clip_cov_and_kl_cov_take_their_own_selection_settings():
     # The authors' Clip-Cov: clip bounds 1 and 1 (the weight-like range [0, 2]), ratio 2e-4, band (1, 5).
     clip_cov = DAPOConfig().training(policy_loss="clip_cov", clip_ratio_c=None, clip_eps_low=1.0, clip_eps_high=1.0)
     clip_cov.validate()
-    assert clip_cov.covariance_selection == {"ratio": 2e-4, "band": (1.0, 5.0)}
+    assert clip_cov.loss_settings.covariance_selection == CovarianceSelection(ratio=2e-4, band=(1.0, 5.0))
     kl_cov = DAPOConfig().training(policy_loss="kl_cov", clip_ratio_c=None, kl_cov_ratio=2e-3)
     kl_cov.validate()
-    assert kl_cov.covariance_selection == {"ratio": 2e-3}
-    assert DAPOConfig().covariance_selection is None
+    assert kl_cov.loss_settings.covariance_selection == CovarianceSelection(ratio=2e-3)
+    assert DAPOConfig().loss_settings.covariance_selection is None
 
 
 def test_the_comparison_grid_is_one_trial_per_algorithm_and_seed_with_its_settings(tiny_model_path):

@@ -135,10 +135,8 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
         object.__setattr__(self, "forward_model", wrapper)
 
 
-# Logits of at most this many elements exist at once (64 MiB in float32): at Qwen2.5's
-# vocabulary of 151,936 that is ~110 response tokens per chunk. At the 0.5B shape (LoRA, bf16,
-# 768 response tokens in a micro-batch) a forward + backward pass peaked 0.31 GB above its start
-# with 2^24, 1.2 GB with 2^26, and took 14.6 s against 15.0 s.
+# Logits of at most this many elements exist at once (64 MiB in float32, ~110 response tokens at
+# Qwen2.5's vocabulary): a quarter of 2^26's memory peak at the same speed (docs/scaling/lora.md).
 LOGITS_CHUNK_ELEMENTS = 2**24
 
 
