@@ -38,9 +38,14 @@ from dapo_rllib.checkpoints import refuse_another_algorithms_checkpoint
 from dapo_rllib.columns import Metrics
 from dapo_rllib.dapo_config import DAPOConfig
 from dapo_rllib.dynamic_sampling import GroupSampler
-from dapo_rllib.env_runner_group import bring_back_env_runners, on_env_runners, sample_on_env_runners
+from dapo_rllib.env_runner_group import (
+    ByValueEnvRunnerGroup,
+    bring_back_env_runners,
+    on_env_runners,
+    sample_on_env_runners,
+)
 from dapo_rllib.problem_env import DrawOrder
-from dapo_rllib.ray_private import count_restored_env_runners
+from dapo_rllib.ray_private import count_restored_env_runners, env_runner_groups_built_as
 from dapo_rllib.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
 from dapo_rllib.validation import as_stats, heldout_results
 from dapo_rllib.weight_sync import stream_weights
@@ -90,7 +95,8 @@ class DAPO(Algorithm):
         if config.lora_settings is not None:
             # Resolved (and refused with its reason) before any learner or env runner starts.
             print(f"LoRA rank {config.lora_rank}: {LORA_SYNC_LINES[config.lora_sync_path]}", flush=True)
-        super().setup(config)
+        with env_runner_groups_built_as(ByValueEnvRunnerGroup):  # env runners that Ray can restart
+            super().setup(config)
         self._tensorboard: TensorBoardWriter | None = None
         self._evaluated_before_training = False
         self.num_evaluations = 0  # calls of the evaluation function so far
