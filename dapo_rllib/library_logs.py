@@ -185,6 +185,15 @@ KNOWN_LINES = (
     ),
     KnownLine(
         "vllm.v1.worker.cpu_worker",
+        r"(libtcmalloc|libiomp) is not found in LD_PRELOAD\. For best performance, please follow the section "
+        r"`set LD_PRELOAD` in https://docs\.vllm\.ai/en/latest/getting_started/installation/cpu/ to setup "
+        r"required pre-loaded libraries\.",
+        "preloading both speeds up the main job's generation a little, a few percent of a step "
+        "(bench/results/cpu_preload.json): not worth a system package (tcmalloc) and another OpenMP runtime "
+        "in the env runners. To use them, export LD_PRELOAD before starting: Ray's workers inherit it.",
+    ),
+    KnownLine(
+        "vllm.v1.worker.cpu_worker",
         r"CPU backend doesn't allow to use `torch\.set_num_threads` after the thread binding, skip it\.",
         "the CPU worker replaces torch.set_num_threads in its process, and vLLM's own front end, in the "
         "same process, then calls it (4 times per engine); a call from anywhere else still warns.",

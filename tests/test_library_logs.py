@@ -60,6 +60,15 @@ START = [
         "Inductor compilation was disabled by user settings, optimizations settings that are only active "
         "during inductor compilation will be ignored.",
     ),
+    *[
+        (
+            "vllm.v1.worker.cpu_worker",
+            f"{library} is not found in LD_PRELOAD. For best performance, please follow the section `set "
+            "LD_PRELOAD` in https://docs.vllm.ai/en/latest/getting_started/installation/cpu/ to setup required "
+            "pre-loaded libraries.",
+        )
+        for library in ("libtcmalloc", "libiomp")
+    ],
     (
         "ray._private.authentication.authentication_token_setup",
         "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out. For more "
