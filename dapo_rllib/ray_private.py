@@ -8,6 +8,7 @@ functions below for members DAPO calls or reads, `PRIVATE_MEMBERS` for the hooks
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,19 @@ PRIVATE_MEMBERS = (
         "overridden by the DeepSpeed learner to leave out RLlib's DDP wrapper: DeepSpeed does the data parallelism.",
     ),
     PrivateMember(
+        "ray.rllib.env.env_runner_group:EnvRunnerGroup",
+        "_make_worker",
+        "overridden: the one place a remote env runner's constructor arguments are put together; "
+        "DAPO's group passes the config there by value instead of RLlib's ObjectRef (see "
+        "dapo_rllib.rollout.env_runner_group.ByValueEnvRunnerGroup).",
+    ),
+    PrivateMember(
+        "ray.rllib.algorithms.algorithm",
+        "EnvRunnerGroup",
+        "the name Algorithm.setup builds its env runner groups by; no setting or hook chooses "
+        "another class, so DAPO.setup names its own group class there while RLlib's setup runs.",
+    ),
+    PrivateMember(
         "ray.rllib.algorithms.algorithm:Algorithm",
         "_should_create_evaluation_env_runners",
         "overridden: without evaluation env runners DAPO evaluates on the training runners' "
@@ -116,3 +130,18 @@ def registered_env_creator(name: str):
     if not _global_registry.contains(ENV_CREATOR, name):
         return None
     return _global_registry.get(ENV_CREATOR, name)
+
+
+@contextmanager
+def env_runner_groups_built_as(group_class):
+    """While inside: `Algorithm.setup` builds its env runner groups (training and evaluation) as
+    `group_class`, a subclass of RLlib's `EnvRunnerGroup`. Not thread-safe: one algorithm's setup
+    at a time per process (Ray Tune runs each trial in its own process)."""
+    from ray.rllib.algorithms import algorithm
+
+    rllib_class = algorithm.EnvRunnerGroup
+    algorithm.EnvRunnerGroup = group_class
+    try:
+        yield
+    finally:
+        algorithm.EnvRunnerGroup = rllib_class

@@ -4,6 +4,7 @@ the data continues where it was; one killed between steps is back, with the curr
 after the next step); without, the run stops with the runner's name."""
 
 import collections
+import gc
 import os
 import signal
 import threading
@@ -151,6 +152,26 @@ def test_an_env_runner_killed_between_steps_is_back_after_the_next_step(restarti
     assert rollout[Metrics.GROUPS_GENERATED] == rollout[Metrics.GROUPS_KEPT] == TRAIN_PROMPTS
     assert scored_by_process(log_dir)[after[1]], "the new env runner did not sample in the step"
     assert_engine_holds_learner_weights(algo, 1)
+
+
+def test_a_killed_env_runner_comes_back_without_the_object_store(restarting):
+    """Ray restarts a dead env runner by running its constructor again with the arguments it was
+    created with, and does not keep an object-store argument alive for that (ray-project/ray#53727).
+    The runners got theirs by value (`ByValueEnvRunnerGroup`): with the last reference to RLlib's
+    copy of the config in the object store dropped (the one it would have passed by reference, so
+    Ray deletes it), a killed runner still comes back."""
+    algo, log_dir = restarting
+    (log_dir / "victim").touch()  # no stalling runner here
+    group = algo.env_runner_group
+    group._remote_config_obj_ref = None
+    gc.collect()
+    before = runner_pids(algo)
+    os.kill(before[2], signal.SIGKILL)
+
+    assert algo.restore_env_runners(group) == [2]
+    after = runner_pids(algo)
+    assert sorted(after) == [1, 2] and after[2] != before[2], (before, after)
+    assert_engine_holds_learner_weights(algo, 2)
 
 
 def test_without_restarts_a_killed_env_runner_stops_the_run_with_its_name(ray_session, tiny_model_path, tmp_path):

@@ -51,10 +51,10 @@ from dapo_rllib.columns import Metrics
 from dapo_rllib.models.lora import LoraSettings, lora_sync_path
 from dapo_rllib.models.resolve import ModelSettings, ensure_policy_model
 from dapo_rllib.models.rl_module import CausalLMRLModule, export_hf_model
-from dapo_rllib.ray_private import count_restored_env_runners, value_error
+from dapo_rllib.ray_private import count_restored_env_runners, env_runner_groups_built_as, value_error
 from dapo_rllib.reporting.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardWriter
 from dapo_rllib.rollout.env_runner import VLLMEnvRunner
-from dapo_rllib.rollout.env_runner_group import on_env_runners
+from dapo_rllib.rollout.env_runner_group import ByValueEnvRunnerGroup, on_env_runners
 from dapo_rllib.rollout.turn_loop import TurnSettings
 from dapo_rllib.rollout.vllm_engine import SamplerSettings
 from dapo_rllib.rollout.weight_sync import WeightSyncSettings
@@ -402,7 +402,8 @@ class DAPO(Algorithm):
         if config.lora_settings is not None:
             # Resolved (and refused with its reason) before any learner or env runner starts.
             print(f"LoRA rank {config.lora_rank}: {LORA_SYNC_LINES[config.lora_sync_path]}", flush=True)
-        super().setup(config)
+        with env_runner_groups_built_as(ByValueEnvRunnerGroup):  # env runners that Ray can restart
+            super().setup(config)
         self._tensorboard: TensorBoardWriter | None = None
         self._evaluated_before_training = False
         self._num_evaluations = 0  # evaluate() calls so far

@@ -39,11 +39,13 @@ import torch
 
 from dapo_rllib.rollout.weight_sync import BucketAssembler
 from dapo_rllib.settings import NOT_FLAT, FeatureSettings, require
+from dapo_rllib.vllm_private import adapter_ids, add_adapter, remove_adapter
 
 #: How the adapters reach the engines (`DAPOConfig.lora_sync`): "auto" picks "adapter" where vLLM
 #: can serve every adapter, else "merged".
 LORA_SYNC_MODES = ("auto", "adapter", "merged")
-#: vLLM's allowed `max_lora_rank` values (vllm/config/lora.py); the engine takes the smallest that holds the rank.
+#: vLLM's allowed `max_lora_rank` values (`vllm.config.lora.MaxLoRARanks`, see `dapo_rllib.vllm_private`); the
+#: engine takes the smallest that holds the rank.
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 MAX_RANK = VLLM_MAX_LORA_RANKS[-1]
 # PEFT's name of the one adapter the learner trains.
@@ -340,9 +342,9 @@ class EngineAdapter:
         # and its prefix cache keys blocks by the adapter's name.
         self.lora_request = LoRARequest(f"policy-v{self._version}", self._version, str(path))
         if previous is not None:
-            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            remove_adapter(self.llm, previous.lora_int_id)
             shutil.rmtree(previous.lora_path, ignore_errors=True)
-        self.llm.llm_engine.add_lora(self.lora_request)
+        add_adapter(self.llm, self.lora_request)
         return time.perf_counter() - start
 
     def parameters(self, names: list[str]) -> dict[str, np.ndarray]:
@@ -356,7 +358,7 @@ class EngineAdapter:
 
     def engine_adapters(self) -> set[int]:
         """The ids of the adapters the engine holds (the current version's only, once synced)."""
-        return set(self.llm.llm_engine.list_loras())
+        return adapter_ids(self.llm)
 
     def close(self) -> None:
         shutil.rmtree(self._directory, ignore_errors=True)

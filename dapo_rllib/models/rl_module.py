@@ -23,6 +23,7 @@ from ray.rllib.utils.numpy import convert_to_numpy
 from torch.utils.checkpoint import checkpoint
 
 from dapo_rllib.columns import Columns
+from dapo_rllib.library_logs import no_transformers_progress_bars
 from dapo_rllib.models.lora import LoraSettings, apply_lora
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -62,11 +63,12 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
         # (autocast); with LoRA the frozen base is held in `dtype` and PEFT keeps the adapters in
         # float32. (DeepSpeed's bf16 mode casts the model itself and keeps float32 master weights.)
         self.compute_dtype = _DTYPES[dtype] if dtype != "float32" and self.lora is None else None
-        self.model = load_causal_lm(
-            self.model_config["model_path"],
-            "float32" if self.compute_dtype else dtype,
-            self.model_config.get("attn_implementation"),
-        )
+        with no_transformers_progress_bars():  # a quiet start (dapo_rllib.library_logs)
+            self.model = load_causal_lm(
+                self.model_config["model_path"],
+                "float32" if self.compute_dtype else dtype,
+                self.model_config.get("attn_implementation"),
+            )
         if self.lora is not None:  # adapters on a frozen base (dapo_rllib.models.lora)
             self.model = apply_lora(self.model, self.lora)
         self.temperature = float(self.model_config.get("temperature", 1.0))

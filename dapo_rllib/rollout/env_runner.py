@@ -12,7 +12,7 @@ returns one record per problem.
 New weights stream into the running engine, no restart: `begin_weight_update`, one
 `load_weight_bucket` per bucket the learner sends, `finish_weight_update` (see
 `dapo_rllib.rollout.weight_sync`). The engine and everything vLLM-internal live in
-`dapo_rllib.rollout.vllm_engine`. This follows the pattern of RLlib's
+`dapo_rllib.rollout.vllm_engine` (vLLM's private members behind `dapo_rllib.vllm_private`). This follows the pattern of RLlib's
 `EnvRunnerServerForExternalInference`: an EnvRunner + Checkpointable without an RLModule of its
 own, holding only the sampler.
 """

@@ -8,6 +8,7 @@ answer from each runner it asked or raises naming the ones that did not answer.
 Sampling (`sample_on_env_runners`) goes further when `restart_failed_env_runners` is on: the
 share of a runner that died is sampled again on the runners still in service, so a step loses
 no group and counts none twice; `bring_back_env_runners` waits for the runner Ray restarts.
+`ByValueEnvRunnerGroup` makes sure Ray can restart it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import ray
+from ray.rllib.env.env_runner_group import EnvRunnerGroup
+from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from dapo_rllib.columns import Metrics
@@ -40,6 +43,24 @@ class SampleReport:
 SAMPLE_ATTEMPTS = 3
 # Seconds between health probes while waiting for a restarted env runner.
 RESTORE_POLL_S = 1.0
+
+
+class ByValueEnvRunnerGroup(EnvRunnerGroup):
+    """RLlib's EnvRunnerGroup, whose remote env runners get their config by value.
+
+    RLlib puts the config into the object store once and hands every remote runner the reference.
+    Ray restarts a dead runner by running its constructor again with the same arguments, but does
+    not keep a reference argument alive for that (ray-project/ray#53727): once the last reference
+    is gone, the restart fails. By value, the config (about 12 KB; Ray inlines arguments under
+    100 KB) travels inside the actor's creation task, which Ray keeps for as long as it may
+    restart the actor.
+    """
+
+    @override(EnvRunnerGroup)
+    def _make_worker(self, *, config, **kwargs):
+        if isinstance(config, ray.ObjectRef):
+            config = ray.get(config)
+        return super()._make_worker(config=config, **kwargs)
 
 
 def on_env_runners(group, func, env_runner_ids: list[int] | None = None) -> list:

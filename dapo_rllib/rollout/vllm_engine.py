@@ -1,7 +1,7 @@
 """vLLM plumbing of the env runner: the engine, its sampling settings, text decoding and weight loading.
 
-Everything here knows vLLM's internals; `dapo_rllib.rollout.env_runner` knows only RLlib's EnvRunner
-contract and calls these:
+Everything here knows vLLM (its private members through `dapo_rllib.vllm_private`);
+`dapo_rllib.rollout.env_runner` knows only RLlib's EnvRunner contract and calls these:
 
     build_vllm_engine    an in-process `vllm.LLM` for the policy (CPU build here, CUDA on GPUs)
     sampling_params      one `SamplingParams` per prompt, each with its own seed
@@ -20,9 +20,18 @@ import time
 import numpy as np
 import torch
 
+from dapo_rllib.library_logs import known_native_lines_dropped, library_logs_requested
 from dapo_rllib.models.lora import engine_lora_kwargs
 from dapo_rllib.rollout.weight_sync import BucketAssembler
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
+from dapo_rllib.vllm_private import (
+    begin_layerwise_reload,
+    finish_layerwise_reload,
+    load_into_model,
+    processes_weights,
+    share_processed_weight,
+    worker_model,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +89,7 @@ def build_vllm_engine(config, seed: int):
         # The sampled tokens' log-probs after temperature: the distribution sampled from, the
         # one the learner's log-probs are of (rollout_logp_abs_diff, rollout_correction).
         logprobs_mode="processed_logprobs",
+        use_tqdm_on_load=library_logs_requested(),  # a quiet start: no loading bar
     )
     if not on_gpu:
         # Per-request seeds (see `sampling_params`) crash vLLM's CPU backend when a prefill is
@@ -88,7 +98,8 @@ def build_vllm_engine(config, seed: int):
     if config.lora_sync_path == "adapter":
         kwargs.update(engine_lora_kwargs(config.lora_settings.rank))
     kwargs.update(config.vllm_engine_kwargs)
-    return LLM(**kwargs)
+    with known_native_lines_dropped():
+        return LLM(**kwargs)
 
 
 def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: int, stop: tuple[str, ...] = ()):
@@ -178,7 +189,7 @@ class EngineWeights:
         self._open = None  # (BucketAssembler, engine names loaded, start time) while an update is open
 
     def begin(self) -> None:
-        self.llm.collective_rpc(_begin_reload)
+        self.llm.collective_rpc(begin_layerwise_reload)
         self._open = (BucketAssembler(), set(), time.perf_counter())
 
     def load_bucket(self, tensors: dict) -> None:
@@ -188,7 +199,7 @@ class EngineWeights:
     def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
         """Hand whole (HF name, tensor) parameters to the engine; records what they filled."""
         if weights:
-            self._update()[1].update(self.llm.collective_rpc(_load_into_model, kwargs={"weights": weights})[0])
+            self._update()[1].update(self.llm.collective_rpc(load_into_model, kwargs={"weights": weights})[0])
 
     def finish(self) -> float:
         """Close the update; raises unless every engine parameter got new values. Returns the
@@ -218,29 +229,16 @@ class EngineWeights:
 # ----- run on vLLM's worker through `collective_rpc` -------------------------------------------
 
 
-def _begin_reload(worker) -> None:
-    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-    initialize_layerwise_reload(worker.model_runner.get_model())
-
-
-def _load_into_model(worker, weights: list) -> set[str]:
-    """Load (HF name, tensor) pairs; returns the engine parameters they filled."""
-    return set(worker.model_runner.get_model().load_weights(iter(weights)))
-
-
 def _finish_reload(worker) -> list[str]:
     """Process what is left and return the names of all engine parameters."""
-    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-    model = worker.model_runner.get_model()
-    finalize_layerwise_reload(model, worker.model_runner.vllm_config.model_config)
+    finish_layerwise_reload(worker)
+    model = worker_model(worker)
     _retie_layers(model)
     return [name for name, _ in model.named_parameters()]
 
 
 def _read_parameters(worker, names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    params = dict(worker.model_runner.model.named_parameters())
+    params = dict(worker_model(worker).named_parameters())
     return {n: params[n].detach().float().cpu().numpy() for n in names if n in params}
 
 
@@ -248,19 +246,14 @@ def _retie_layers(model) -> None:
     """Bring every layer whose weight is another layer's (a tied output head) up to the new weights.
 
     vLLM's reload processes the layer that owns a weight (the embedding) when the weight arrives,
-    never its aliases. On CPU, processing packs a copy of the weight for the layer's matmuls
-    (`cpu_linear`): a tied head left alone would go on computing logits with the old weights
-    (measured: mean |log-prob difference| 0.02 after one reload, instead of 5e-7). The head takes
-    the embedding's fresh packing rather than packing the same weight again (0.8 s and 0.6 GB at
-    the 0.5B shape). Where processing left no packing (GPUs), the alias is processed itself.
+    never its aliases. On CPU, processing packs a copy of the weight for the layer's matmuls: a
+    tied head left alone would go on computing logits with the old weights (mean |log-prob
+    difference| 0.02 after one reload instead of 5e-7). The head takes the embedding's fresh
+    packing rather than packing the same weight again (0.8 s and 0.6 GB at the 0.5B shape).
     """
     owner_of = {id(weight): name.rpartition(".")[0] for name, weight in model.named_parameters()}
     for prefix, layer in model.named_modules():
-        weight = layer._parameters.get("weight")
-        if weight is None or getattr(layer, "quant_method", None) is None or owner_of[id(weight)] == prefix:
+        weight = dict(layer.named_parameters(recurse=False)).get("weight")
+        if weight is None or not processes_weights(layer) or owner_of[id(weight)] == prefix:
             continue
-        owner = model.get_submodule(owner_of[id(weight)])
-        if hasattr(owner, "cpu_linear"):
-            layer.cpu_linear = owner.cpu_linear
-        else:
-            layer.quant_method.process_weights_after_loading(layer)
+        share_processed_weight(layer, model.get_submodule(owner_of[id(weight)]))
