@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dapo_rllib.contracts import ScoreInfo
-from dapo_rllib.tasks.data.code_tasks import CodeTask, FunctionTests
+from dapo_rllib.tasks.data.code_tasks import CodeTask
+from dapo_rllib.tasks.data.code_tests import FunctionTests
 from dapo_rllib.tasks.rewards.code import CodeScoreResult, feedback_text, judge_code_many, score_code_many
 from envs.code_env import DEFAULT_CONFIG as CODE_CONFIG
 from envs.code_env import CodeEnv
