@@ -109,7 +109,7 @@ def test_a_test_program_task_shows_its_failed_public_tests(sandbox_env):
     ]
     program_task = CodeTask(task().messages, {"tests": tests}, "program", "code", 0)
     env = sandbox_env.spawn()
-    reply = env._feedback(program_task, program("return u"), {})
+    reply = env.feedback(program_task, program("return u"), {})
     assert reply == [
         {
             "role": "user",
@@ -120,4 +120,4 @@ def test_a_test_program_task_shows_its_failed_public_tests(sandbox_env):
         }
     ]
     # The hidden test, the third, rates it: right.
-    assert env._score_batch([program_task], [program("return u")])[0]["acc"] is True
+    assert env.score_batch([program_task], [program("return u")])[0]["acc"] is True
