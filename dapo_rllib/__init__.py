@@ -9,7 +9,11 @@ without Ray too (nothing is registered then). Processes that need no Ray (the sc
 
 import os
 
+from dapo_rllib.console import install_console
 from dapo_rllib.env_vars import NO_REGISTRATION_ENV
+
+# The project's own lines (progress, notes, warnings) print as plain lines: dapo_rllib.console.
+install_console()
 
 __version__ = "0.1.0"
 

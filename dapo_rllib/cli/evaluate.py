@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import tempfile
 import textwrap
 import time
@@ -46,7 +47,9 @@ from dapo_rllib.tasks.data import load_math_dataset
 from dapo_rllib.tasks.data.code_tasks import is_code_task_file
 from dapo_rllib.tasks.env_names import CODE_ENV
 
-# Reference lengths (docs/algorithm.md §5), cut to the model's context when it is shorter.
+logger = logging.getLogger(__name__)
+
+# Reference lengths (docs/design/algorithm.md §5), cut to the model's context when it is shorter.
 REFERENCE_PROMPT_LENGTH = 2048
 REFERENCE_RESPONSE_LENGTH = 20480
 
@@ -100,7 +103,7 @@ def evaluate(
                 )
             return evaluate_algorithm_checkpoint(model, out=out)
         with tempfile.TemporaryDirectory(prefix="dapo_eval_") as exported:
-            print(f"exporting the policy of {model} ...", flush=True)
+            logger.info("exporting the policy of %s ...", model)
             config.training(model_path=str(export_hf_model_from_checkpoint(model, exported)), lora_rank=None)
             return _evaluate_dapo(config, model, out=out, **dapo_options)
     if (model / "config.json").is_file() or (model / "adapter_config.json").is_file():
@@ -112,7 +115,7 @@ def evaluate(
             return _evaluate_model_directory(model, model, out=out, **dapo_options)
         # A PEFT adapter (`rllib export` of a LoRA run): merged into the base model its config names.
         with tempfile.TemporaryDirectory(prefix="dapo_eval_") as merged:
-            print(f"merging the adapter {model} into its base model ...", flush=True)
+            logger.info("merging the adapter %s into its base model ...", model)
             merged = merge_adapter_directory(model, merged, dtype or "float32")
             return _evaluate_model_directory(merged, model, out=out, **dapo_options)
     raise FileNotFoundError(
@@ -158,9 +161,13 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, **options) ->
     config, data = _evaluation_config(config, data=data, num_samples=num_samples, **options)
     settings = _settings_report(config, model, data)
     num_samples = config.eval_num_samples
-    print(
-        f"evaluating {model} on {data}: {num_samples} samples per problem, temperature {config.eval_temperature}, top_p {config.eval_top_p}",
-        flush=True,
+    logger.info(
+        "evaluating %s on %s: %s samples per problem, temperature %s, top_p %s",
+        model,
+        data,
+        num_samples,
+        config.eval_temperature,
+        config.eval_top_p,
     )
     start = time.perf_counter()
     runner = VLLMEnvRunner(config=config)
@@ -276,7 +283,7 @@ def _copies_per_problem(data) -> int | None:
         return None
     copies = {problem.copies for problem in load_math_dataset(data)}
     if len(copies) == 1 and (n := copies.pop()) > 1:
-        print(f"each problem appears {n} times in {data}: evaluating {n} samples of each unique problem", flush=True)
+        logger.info("each problem appears %d times in %s: evaluating %d samples of each unique problem", n, data, n)
         return n
     return None
 

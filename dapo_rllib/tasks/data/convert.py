@@ -1,4 +1,4 @@
-"""Convert a file of math problems and answers into DAPO-format rows (docs/algorithm.md §4).
+"""Convert a file of math problems and answers into DAPO-format rows (docs/design/algorithm.md §4).
 
 Input is ``.jsonl``, ``.parquet`` or ``.csv``, either already in the DAPO row format
 (``prompt`` a list of chat messages, ``reward_model`` holding the ground truth) or with
@@ -38,7 +38,7 @@ from dapo_rllib.tasks.data.datasets import (
 from dapo_rllib.tasks.data.prompts import DAPO_PROMPT_TEMPLATE, render_prompt_ids
 from dapo_rllib.tasks.env_names import CODE_ENV
 
-logger = logging.getLogger("dapo_rllib.tasks.data")
+logger = logging.getLogger(__name__)
 
 #: Input suffixes :func:`convert_to_dapo` reads.
 INPUT_SUFFIXES = (".jsonl", ".parquet", ".csv")
