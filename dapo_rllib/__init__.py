@@ -4,13 +4,18 @@
 "DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCE++": `dapo_rllib.algorithm.family`) and the environments
 (the math environment as "dapo_math"). The pure math in `dapo_rllib.algorithm.core_algos` needs only torch, so the package imports
 without Ray too (nothing is registered then). Processes that need no Ray (the scoring child of
-`dapo_rllib.tasks.rewards.scoring_process`) set $DAPO_RLLIB_NO_REGISTRATION to skip it.
+`dapo_rllib.tasks.rewards.scoring_process`) set $DAPO_RLLIB_NO_REGISTRATION to skip it. Importing
+the package also gives the project's logger its console handler (`dapo_rllib.console`).
 """
 
 import importlib
 import os
 
+from dapo_rllib.console import install_console
 from dapo_rllib.env_vars import NO_REGISTRATION_ENV
+
+# The project's own lines (progress, notes, warnings) print as plain lines.
+install_console()
 
 __version__ = "0.1.0"
 

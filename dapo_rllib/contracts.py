@@ -1,7 +1,7 @@
 """The types that travel between DAPO's pieces, and the one check of each (key names: `dapo_rllib.columns`).
 
     ScoreResult     a verdict on one completion: what a scorer function returns (`dapo_rllib.tasks.rewards`) and
-                    what a problem environment's `_score` returns; checked by `check_score_result`
+                    what a problem environment's `score` returns; checked by `check_score_result`
     ScoreInfo       the info of a scored completion (`ProblemEnv.score_many`, `step`): a ScoreResult with the
                     problem's ground truth and data source; built by `score_info`
     ResetInfo       the info of `ProblemEnv.reset`
@@ -38,7 +38,7 @@ __all__ = [
 
 
 class ScoreResult(TypedDict):
-    """A verdict on one completion: a scorer's (``{"score", "acc", "pred"}``) or a task type's ``_score``."""
+    """A verdict on one completion: a scorer's (``{"score", "acc", "pred"}``) or a task type's ``score``."""
 
     score: float  # the reward (+1.0 / -1.0 for the math scorers)
     acc: bool  # correct
@@ -87,7 +87,7 @@ def check_score_result(result: Any, source: str) -> ScoreResult:
     a ``pred`` that is a str or None (other keys are allowed).
 
     Args:
-        result: What a scorer or a task type's ``_score`` returned.
+        result: What a scorer or a task type's ``score`` returned.
         source: Who returned it, to start the error message ("scorer 'math_dapo' returned").
 
     Raises:

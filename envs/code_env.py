@@ -63,11 +63,11 @@ class CodeEnv(ProblemEnv[CodeTask]):
     DEFAULT_CONFIG = DEFAULT_CONFIG
     BUILTIN_DATASET = GENERATED_DATASET
     PROBLEMS_NOUN = "tasks"
-    _generate = staticmethod(generate_code_tasks)
-    _load_file = staticmethod(load_code_tasks)
+    generate = staticmethod(generate_code_tasks)
+    load_file = staticmethod(load_code_tasks)
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        settings = self._settings(config)
+        settings = self.settings(config)
         if settings["reward"] not in REWARD_MODES:
             raise ValueError(f"CodeEnv 'reward' must be one of {REWARD_MODES}, got {settings['reward']!r}")
         self._reward = settings["reward"]
@@ -80,7 +80,7 @@ class CodeEnv(ProblemEnv[CodeTask]):
         """How the sandbox isolates candidate programs (see :attr:`Sandbox.isolation`)."""
         return self._sandbox.isolation
 
-    def _score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[CodeScoreResult]:
+    def score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[CodeScoreResult]:
         """Every completion's sandbox runs at once on the pool; each info also holds
         ``tests_passed``, ``tests_total``, ``failure``, and ``pred`` is a pass/fail letter per
         test, for majority voting (see :func:`dapo_rllib.tasks.rewards.code.score_code_many`)."""

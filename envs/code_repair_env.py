@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dapo_rllib.contracts import ScoreInfo
-from dapo_rllib.tasks.data.code_tasks import CodeTask, FunctionTests
+from dapo_rllib.tasks.data.code_tasks import CodeTask
+from dapo_rllib.tasks.data.code_tests import FunctionTests
 from dapo_rllib.tasks.rewards.code import CodeScoreResult, feedback_text, judge_code_many, score_code_many
 from envs.code_env import DEFAULT_CONFIG as CODE_CONFIG
 from envs.code_env import CodeEnv
@@ -36,19 +37,19 @@ class CodeRepairEnv(CodeEnv):
     DEFAULT_CONFIG = DEFAULT_CONFIG
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        settings = self._settings(config)
+        settings = self.settings(config)
         public = settings["public_tests"]
         if isinstance(public, bool) or not isinstance(public, numbers.Integral) or public < 1:
             raise ValueError(f"CodeRepairEnv 'public_tests' must be a positive int, got {public!r}")
         self._num_public = int(public)
         super().__init__(settings)
 
-    def _score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[CodeScoreResult]:
+    def score_batch(self, problems: Sequence[CodeTask], completions: list[str]) -> list[CodeScoreResult]:
         """Rated on the hidden tests."""
         hidden = [self._tests(problem, public=False) for problem in problems]
         return score_code_many(zip(completions, hidden), self._sandbox, reward=self._reward)
 
-    def _feedback(self, problem: CodeTask, answer: str, info: ScoreInfo) -> list[dict] | None:
+    def feedback(self, problem: CodeTask, answer: str, info: ScoreInfo) -> list[dict] | None:
         """The failed public tests, or None (the episode ends) when the attempt passes them all."""
         ((result, reports),) = judge_code_many([(answer, self._tests(problem, public=True))], self._sandbox)
         if result["acc"] or result["broken_task"]:  # broken public tests have nothing to tell the model

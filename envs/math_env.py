@@ -34,7 +34,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
 
 
 class MathScoreResult(ScoreResult):
-    """What :meth:`MathEnv._score` returns: the scorer's verdict, and which scorer gave it (a spec)."""
+    """What :meth:`MathEnv.score` returns: the scorer's verdict, and which scorer gave it (a spec)."""
 
     scorer: str
 
@@ -69,18 +69,18 @@ class MathEnv(ProblemEnv[MathProblem]):
 
     DEFAULT_CONFIG = DEFAULT_CONFIG
     BUILTIN_DATASET = ARITHMETIC_DATASET
-    _generate = staticmethod(generate_arithmetic_problems)
-    _load_file = staticmethod(load_math_dataset)
+    generate = staticmethod(generate_arithmetic_problems)
+    load_file = staticmethod(load_math_dataset)
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        settings = self._settings(config)
+        settings = self.settings(config)
         self._score_timeout_s = _checked_timeout(settings["score_timeout_s"])
         super().__init__(settings)
         # Resolved up front so that a bad file or scorer fails at construction,
         # not at the first scoring of some remote env runner.
         self._scorer_by_source = _resolve_scorers(self._problems, settings["scorer"], settings["dataset"])
 
-    def _score(self, problem: MathProblem, completion: str) -> MathScoreResult:
+    def score(self, problem: MathProblem, completion: str) -> MathScoreResult:
         """The verdict of the problem's data source's scorer; its info also names the scorer."""
         scorer = self._scorer_by_source[problem.data_source]
         if self._score_timeout_s is None:

@@ -38,10 +38,10 @@ class ToolMathEnv(MathEnv):
 
     DEFAULT_CONFIG = DEFAULT_CONFIG
     BUILTIN_DATASET = TOOL_ARITHMETIC_DATASET
-    _generate = staticmethod(generate_tool_arithmetic_problems)
+    generate = staticmethod(generate_tool_arithmetic_problems)
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        settings = self._settings(config)
+        settings = self.settings(config)
         sandbox = sandbox_from_settings(settings, "ToolMathEnv")
         super().__init__(settings)
         self.tools = (python_tool(sandbox),)

@@ -5,14 +5,25 @@ end of the run): the fingerprint and held-out accuracy from its build record, an
 the build the tests were checked with (`dapo_rllib.tiny_model.REFERENCE_BUILDS`).
 """
 
+import logging
+
 import pytest
 
 import dapo_rllib  # noqa: F401  (sets vLLM's environment defaults before any test imports vLLM)
+from dapo_rllib.console import LOGGER_NAME
 
 # Tiny model fixture name -> (a line on the model it returned, whether that is the reference build).
 _TINY_MODELS = pytest.StashKey[dict]()
 # Those fixture names that a failing test used.
 _FAILED_WITH = pytest.StashKey[set]()
+
+
+@pytest.fixture
+def caplog(caplog, monkeypatch):
+    """pytest's caplog, seeing the project's records too: the "dapo_rllib" logger prints its own
+    console lines and does not propagate to the root logger, where caplog listens."""
+    monkeypatch.setattr(logging.getLogger(LOGGER_NAME), "propagate", True)
+    return caplog
 
 
 def _tiny_model(request, path) -> str:

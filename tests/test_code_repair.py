@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dapo_rllib.tasks.data.code_arithmetic import reference_solution
-from dapo_rllib.tasks.data.code_tasks import CodeTask, FunctionTests
+from dapo_rllib.tasks.data.code_tasks import CodeTask
+from dapo_rllib.tasks.data.code_tests import FunctionTests
 from dapo_rllib.tasks.rewards.code import CaseReport, feedback_text, judge_code_many
 from dapo_rllib.tiny_model import code_answer, repair_answer, repair_feedback
 from envs.code_repair_env import CodeRepairEnv
@@ -108,7 +109,7 @@ def test_a_test_program_task_shows_its_failed_public_tests(sandbox_env):
     ]
     program_task = CodeTask(task().messages, {"tests": tests}, "program", "code", 0)
     env = sandbox_env.spawn()
-    reply = env._feedback(program_task, program("return u"), {})
+    reply = env.feedback(program_task, program("return u"), {})
     assert reply == [
         {
             "role": "user",
@@ -119,4 +120,4 @@ def test_a_test_program_task_shows_its_failed_public_tests(sandbox_env):
         }
     ]
     # The hidden test, the third, rates it: right.
-    assert env._score_batch([program_task], [program("return u")])[0]["acc"] is True
+    assert env.score_batch([program_task], [program("return u")])[0]["acc"] is True

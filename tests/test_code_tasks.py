@@ -17,17 +17,8 @@ from dapo_rllib.tasks.data.code_arithmetic import (
     parse_generated_task,
     reference_solution,
 )
-from dapo_rllib.tasks.data.code_tasks import (
-    CODE_PROMPT_TEMPLATE,
-    Call,
-    CodeTask,
-    FunctionTests,
-    StdioCase,
-    TestProgram,
-    assert_calls,
-    load_code_tasks,
-    task_to_row,
-)
+from dapo_rllib.tasks.data.code_tasks import CODE_PROMPT_TEMPLATE, CodeTask, load_code_tasks, task_to_row
+from dapo_rllib.tasks.data.code_tests import Call, FunctionTests, StdioCase, TestProgram, assert_calls
 from dapo_rllib.tasks.data.datasets import write_jsonl
 from dapo_rllib.tasks.rewards.code import score_code_many
 from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits

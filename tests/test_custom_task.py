@@ -76,7 +76,7 @@ def test_file_dataset(example, tmp_path):
 class _Letters(ProblemEnv):
     DEFAULT_CONFIG = {"dataset": "letters", **PROBLEM_CONFIG}
     BUILTIN_DATASET = "letters"
-    _generate = staticmethod(
+    generate = staticmethod(
         lambda split, num_problems: [
             types.SimpleNamespace(
                 messages=({"role": "user", "content": "Say a."},), ground_truth="a", data_source="letters"
@@ -87,7 +87,7 @@ class _Letters(ProblemEnv):
 
 def test_a_subclass_without_a_scorer_says_what_it_lacks():
     env = _Letters()
-    with pytest.raises(NotImplementedError, match=r"_Letters must implement _score\(problem, completion\)"):
+    with pytest.raises(NotImplementedError, match=r"_Letters must implement score\(problem, completion\)"):
         env.score_many(env.draw(1), ["a"])
 
 
@@ -104,7 +104,7 @@ def test_a_rating_without_score_acc_pred_is_an_error(rating, shown):
     """The check a scorer's result gets in the scoring process (`contracts.check_score_result`)."""
 
     class NoPred(_Letters):
-        def _score(self, problem, completion):
+        def score(self, problem, completion):
             return rating
 
     env = NoPred()

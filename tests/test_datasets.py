@@ -83,7 +83,7 @@ def test_copies_take_part_in_equality_and_hash():
 
 
 def test_aime_dedup_count_is_logged(caplog):
-    with caplog.at_level(logging.INFO, logger="dapo_rllib.tasks.data"):
+    with caplog.at_level(logging.DEBUG, logger="dapo_rllib.tasks.data"):
         load_math_dataset(AIME_PATH)
     assert any("930 duplicates removed" in r.getMessage() for r in caplog.records)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import tempfile
 import textwrap
 import time
@@ -46,7 +47,9 @@ from dapo_rllib.tasks.data import load_math_dataset
 from dapo_rllib.tasks.data.code_tasks import is_code_task_file
 from dapo_rllib.tasks.env_names import CODE_ENV
 
-# Reference lengths (docs/algorithm.md §5), cut to the model's context when it is shorter.
+logger = logging.getLogger(__name__)
+
+# Reference lengths (docs/design/algorithm.md §5), cut to the model's context when it is shorter.
 REFERENCE_PROMPT_LENGTH = 2048
 REFERENCE_RESPONSE_LENGTH = 20480
 
@@ -100,7 +103,7 @@ def evaluate(
                 )
             return evaluate_algorithm_checkpoint(model, out=out)
         with tempfile.TemporaryDirectory(prefix="dapo_eval_") as exported:
-            print(f"exporting the policy of {model} ...", flush=True)
+            logger.info("exporting the policy of %s ...", model)
             config.training(model_path=str(export_hf_model_from_checkpoint(model, exported)), lora_rank=None)
             return _evaluate_dapo(config, model, out=out, **dapo_options)
     if (model / "config.json").is_file() or (model / "adapter_config.json").is_file():
@@ -112,7 +115,7 @@ def evaluate(
             return _evaluate_model_directory(model, model, out=out, **dapo_options)
         # A PEFT adapter (`rllib export` of a LoRA run): merged into the base model its config names.
         with tempfile.TemporaryDirectory(prefix="dapo_eval_") as merged:
-            print(f"merging the adapter {model} into its base model ...", flush=True)
+            logger.info("merging the adapter %s into its base model ...", model)
             merged = merge_adapter_directory(model, merged, dtype or "float32")
             return _evaluate_model_directory(merged, model, out=out, **dapo_options)
     raise FileNotFoundError(
@@ -153,11 +156,51 @@ def _lengths_for(model_dir: Path, prompt: int | None, response: int | None) -> t
     return prompt, response
 
 
-def _evaluate_dapo(
+def _evaluate_dapo(config, model: Path, *, out, data, num_samples, **options) -> dict[str, Any]:
+    """Evaluate the policy `config` names with the evaluation settings given (None: the config's)."""
+    config, data = _evaluation_config(config, data=data, num_samples=num_samples, **options)
+    settings = _settings_report(config, model, data)
+    num_samples = config.eval_num_samples
+    logger.info(
+        "evaluating %s on %s: %s samples per problem, temperature %s, top_p %s",
+        model,
+        data,
+        num_samples,
+        config.eval_temperature,
+        config.eval_top_p,
+    )
+    start = time.perf_counter()
+    runner = VLLMEnvRunner(config=config)
+    try:
+        records = runner.evaluate(num_samples=num_samples, max_problems=config.eval_max_problems, progress=True)
+    finally:
+        runner.stop()
+    metrics = eval_metrics.summarize(records)
+    # Prompts over max_prompt_length were left-truncated: reported, not hidden.
+    prompts_truncated = sum(r.prompt_truncated for r in records)
+    report = {
+        "settings": settings,
+        "metrics": metrics,
+        Metrics.PROMPTS_TRUNCATED: prompts_truncated,
+        Metrics.EVAL_TIME_S: time.perf_counter() - start,
+        "problems": [dataclasses.asdict(ProblemSummary.of(r)) for r in records],
+    }
+    out = (
+        Path(out)
+        if out is not None
+        else Path("eval_results") / f"{_label(model)}__{Path(str(data)).stem}__n{num_samples}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    print_table(metrics)
+    _print_caveats(records, prompts_truncated, config.max_prompt_length)
+    print(f"\nresults (every number, per problem too): {out}", flush=True)
+    return report
+
+
+def _evaluation_config(
     config,
-    model: Path,
     *,
-    out,
     data,
     num_samples,
     max_problems,
@@ -169,7 +212,9 @@ def _evaluate_dapo(
     max_response_length,
     dtype,
     vllm_engine_kwargs,
-) -> dict[str, Any]:
+):
+    """A validated copy of `config` with the evaluation settings given, for one in-process
+    runner, and the data it evaluates on."""
     config = config.copy(copy_frozen=False)
     data = data or config.eval_dataset or config.evaluation_env_config().get("dataset")
     num_samples = num_samples or _copies_per_problem(data) or config.eval_num_samples
@@ -192,8 +237,12 @@ def _evaluate_dapo(
     config.environment(env_config=config.env_config | {k: v for k, v in scoring.items() if v is not None})
     config.env_runners(num_env_runners=0)
     config.validate()
+    return config, data
 
-    settings = {
+
+def _settings_report(config, model: Path, data) -> dict[str, Any]:
+    """The report's "settings": what the numbers were measured with."""
+    return {
         "model": str(model),
         "data": str(data),
         "num_samples": config.eval_num_samples,
@@ -206,39 +255,13 @@ def _evaluate_dapo(
         "score_timeout_s": config.evaluation_env_config().get("score_timeout_s"),
         "seed": config.seed,
     }
-    print(
-        f"evaluating {model} on {data}: {num_samples} samples per problem, temperature {config.eval_temperature}, top_p {config.eval_top_p}",
-        flush=True,
-    )
-    start = time.perf_counter()
-    runner = VLLMEnvRunner(config=config)
-    try:
-        records = runner.evaluate(
-            num_samples=config.eval_num_samples, max_problems=config.eval_max_problems, progress=True
-        )
-    finally:
-        runner.stop()
-    metrics = eval_metrics.summarize(records)
-    # Prompts over max_prompt_length were left-truncated: reported, not hidden.
-    prompts_truncated = sum(r.prompt_truncated for r in records)
-    report = {
-        "settings": settings,
-        "metrics": metrics,
-        Metrics.PROMPTS_TRUNCATED: prompts_truncated,
-        Metrics.EVAL_TIME_S: time.perf_counter() - start,
-        "problems": [dataclasses.asdict(ProblemSummary.of(r)) for r in records],
-    }
-    out = (
-        Path(out)
-        if out is not None
-        else Path("eval_results") / f"{_label(model)}__{Path(str(data)).stem}__n{num_samples}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    print_table(metrics)
+
+
+def _print_caveats(records: list[EvalRecord], prompts_truncated: int, max_prompt_length: int) -> None:
+    """What the table's numbers do not show: truncated prompts, problems with broken tests."""
     if prompts_truncated:
         print(
-            f"\n{prompts_truncated} of {len(records)} prompts were longer than max_prompt_length={config.max_prompt_length} tokens and were left-truncated",
+            f"\n{prompts_truncated} of {len(records)} prompts were longer than max_prompt_length={max_prompt_length} tokens and were left-truncated",
             flush=True,
         )
     if broken := [r for r in records if r.broken_task]:
@@ -247,8 +270,6 @@ def _evaluate_dapo(
             f"problem {broken[0].problem_index}: {broken[0].broken_task}",
             flush=True,
         )
-    print(f"\nresults (every number, per problem too): {out}", flush=True)
-    return report
 
 
 def _given(value, default):
@@ -262,7 +283,7 @@ def _copies_per_problem(data) -> int | None:
         return None
     copies = {problem.copies for problem in load_math_dataset(data)}
     if len(copies) == 1 and (n := copies.pop()) > 1:
-        print(f"each problem appears {n} times in {data}: evaluating {n} samples of each unique problem", flush=True)
+        logger.info("each problem appears %d times in %s: evaluating %d samples of each unique problem", n, data, n)
         return n
     return None
 

@@ -52,7 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rllib", description="RLlib's command line (train, evaluate, export, data, plot), with DAPO registered."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,data,plot}")
+    for add_command in (_add_train, _add_evaluate, _add_export, _add_data, _add_plot):
+        add_command(commands)
+    return parser
 
+
+def _add_train(commands) -> None:
     train = commands.add_parser("train", help="train from a Python config file: rllib train file <file>")
     train_kinds = train.add_subparsers(dest="kind", required=True, metavar="{file}")
     train_file = train_kinds.add_parser("file", help="train the AlgorithmConfig named `config` in a Python file")
@@ -61,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_train_options(train_file).set_defaults(func=_train)
 
+
+def _add_evaluate(commands) -> None:
     evaluate = commands.add_parser(
         "evaluate", help="validation metrics (avg@n, pass@k, maj@n, ...) of a model directory or checkpoint"
     )
@@ -124,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.set_defaults(func=_evaluate)
 
+
+def _add_export(commands) -> None:
     export = commands.add_parser("export", help="write a DAPO checkpoint's policy as a Hugging Face model directory")
     export.add_argument("checkpoint", help="algorithm checkpoint directory")
     export.add_argument("out_dir", help="output directory (save_pretrained layout, tokenizer included)")
@@ -134,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(func=_export)
 
+
+def _add_data(commands) -> None:
     data = commands.add_parser("data", help="dataset tools: rllib data convert <in> <out.parquet>")
     data_tools = data.add_subparsers(dest="tool", required=True, metavar="{convert}")
     convert = data_tools.add_parser(
@@ -143,11 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_convert_arguments(convert)
     convert.set_defaults(func=run_convert)
 
+
+def _add_plot(commands) -> None:
     plot = commands.add_parser("plot", help="draw a DAPO run's curves into one PNG")
     plot.add_argument("run_dir", help="run directory (or Tune experiment directory) with TensorBoard event files")
     plot.add_argument("--out", default=None, help="PNG path (default: <run_dir>/dapo_curves.png)")
     plot.set_defaults(func=_plot)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

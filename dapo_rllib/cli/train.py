@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import runpy
 import tempfile
@@ -40,6 +41,8 @@ from dapo_rllib.reporting.plot import find_runs, plot_run
 from dapo_rllib.reporting.progress import IterationSummary, lookup, summary_line
 from dapo_rllib.reporting.tables import format_table
 from dapo_rllib.reporting.tensorboard import EVAL_BEFORE_TRAINING, TensorBoardCallback
+
+logger = logging.getLogger(__name__)
 
 # Flattened result key (Tune's "/" delimiter) of the mean episode return.
 EPISODE_RETURN = f"{ENV_RUNNER_RESULTS}/{EPISODE_RETURN_MEAN}"
@@ -296,18 +299,18 @@ def _train_in_process(
     config = config.copy(copy_frozen=False)
     if _is_dapo(config):
         config.reporting(tensorboard_dir=str(run_dir))
-    print(f"building {getattr(config.algo_class, 'NAME', config.algo_class.__name__)} ...", flush=True)
+    logger.info("building %s ...", getattr(config.algo_class, "NAME", config.algo_class.__name__))
     algo = config.build_algo()
     if opts.restore:
         _restore(algo, opts.restore)
-        print(f"resumed from {opts.restore} at iteration {algo.iteration}", flush=True)
+        logger.info("resumed from %s at iteration %s", opts.restore, algo.iteration)
     last: dict[str, Any] = {}
     checkpoint = None
     try:
         while True:
             result = algo.train()
             last.update(_reported(flatten_dict(result)))
-            print(summary_line(result), flush=True)
+            logger.info("%s", summary_line(result))
             iteration = result[TRAINING_ITERATION]
             done = _stop_reached(result, opts.stop)
             if (opts.checkpoint_freq and iteration % opts.checkpoint_freq == 0) or (done and opts.checkpoint_at_end):
@@ -316,7 +319,7 @@ def _train_in_process(
                 if remote:
                     upload(Path(checkpoint), f"{remote}/{Path(checkpoint).name}")
                     checkpoint = f"{remote}/{Path(checkpoint).name}"
-                print(f"checkpoint: {checkpoint}", flush=True)
+                logger.info("checkpoint: %s", checkpoint)
             if done:
                 break
         if _is_dapo(config) and EVALUATION_RESULTS not in result:
@@ -396,7 +399,7 @@ def _train_with_tune(
     outcomes = []
     for result in tuner.fit():
         if result.error:
-            print(f"trial {Path(result.path).name} failed: {result.error}", flush=True)
+            logger.info("trial %s failed: %s", Path(result.path).name, result.error)
         frame = result.metrics_dataframe
         last = {}
         if frame is not None:

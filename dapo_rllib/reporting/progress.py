@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -18,6 +19,8 @@ from ray.tune.result import TIME_THIS_ITER_S, TRAINING_ITERATION
 from dapo_rllib.columns import Metrics, tag
 from dapo_rllib.reporting.eval_metrics import headline_values
 from dapo_rllib.reporting.tensorboard import EVAL_BEFORE_TRAINING, readable_scalars
+
+logger = logging.getLogger(__name__)
 
 # DAPO's summary fields: (readable tag, label, format).
 _ACC, _KEPT, _GENERATED = (
@@ -76,8 +79,8 @@ def summary_line(result: dict) -> str:
 
 
 class IterationSummary(tune.Callback):
-    """Prints `summary_line` for each reported result of each trial (Tune path)."""
+    """Logs `summary_line` for each reported result of each trial (Tune path)."""
 
     @override(tune.Callback)
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        print(f"[{trial.trial_id}] {summary_line(result)}", flush=True)
+        logger.info("[%s] %s", trial.trial_id, summary_line(result))

@@ -8,8 +8,8 @@ env runner stops it (``max_turns``, the token budget) and calls :meth:`ProblemEn
 single-step task is the one-turn case: its ``step`` scores the answer and ends the episode.
 
 The base class's ``step`` runs the tool calls of a turn (:mod:`dapo_rllib.tasks.tools`) and answers with
-their results; a turn without calls is an answer, scored by the subclass's ``_score``; the
-``_feedback`` hook may then continue the episode (a wrong answer shown what went wrong) instead of
+their results; a turn without calls is an answer, scored by the subclass's ``score``; the
+``feedback`` hook may then continue the episode (a wrong answer shown what went wrong) instead of
 ending it. A trainer also uses an environment as a prompt source and a batch scorer:
 :meth:`ProblemEnv.draw` gives the next problems of a seeded draw order, and
 :meth:`ProblemEnv.score_many` rates completions of any problems.
@@ -65,9 +65,9 @@ ProblemT = TypeVar("ProblemT", bound=Problem)
 class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
     """Single-step environment over a list of problems, drawn in a seeded order.
 
-    A subclass sets the class attributes and implements :meth:`_score` (or, to rate a batch at
-    once, :meth:`_score_batch`). One with config keys of its own checks them in its
-    ``__init__(config)``: ``settings = self._settings(config)``, its checks, then
+    A subclass sets the class attributes and implements :meth:`score` (or, to rate a batch at
+    once, :meth:`score_batch`). One with config keys of its own checks them in its
+    ``__init__(config)``: ``settings = self.settings(config)``, its checks, then
     ``super().__init__(settings)``.
 
     Config keys every subclass has (in its ``DEFAULT_CONFIG``: ``"dataset"`` and
@@ -91,10 +91,10 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
     BUILTIN_DATASET: ClassVar[str]
     #: What the problems are called in error messages ("problems", "tasks").
     PROBLEMS_NOUN: ClassVar[str] = "problems"
-    #: ``_generate(split, num_problems)``: the built-in problems (a staticmethod).
-    _generate: ClassVar[Callable[[str, int | None], list]]
-    #: ``_load_file(path)``: the problems of a dataset file (a staticmethod).
-    _load_file: ClassVar[Callable[[str | os.PathLike[str]], list]]
+    #: ``generate(split, num_problems)``: the built-in problems (a staticmethod).
+    generate: ClassVar[Callable[[str, int | None], list]]
+    #: ``load_file(path)``: the problems of a dataset file (a staticmethod).
+    load_file: ClassVar[Callable[[str | os.PathLike[str]], list]]
     #: The tools the model may call (a subclass sets them, on the class or in ``__init__``); none: the model
     #: answers in one turn.
     tools: Sequence[Tool] = ()
@@ -102,7 +102,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
     metadata: dict[str, Any] = {"render_modes": []}
 
     @classmethod
-    def _settings(cls, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    def settings(cls, config: Mapping[str, Any] | None) -> dict[str, Any]:
         """Every ``DEFAULT_CONFIG`` key, with its value from ``config`` where given."""
         # Ray passes an EnvContext, a dict subclass; plain dicts work the same.
         config = dict(config or {})
@@ -112,8 +112,8 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         return {key: config.get(key, default) for key, default in cls.DEFAULT_CONFIG.items()}
 
     def __init__(self, config: Mapping[str, Any] | None = None):
-        """Check ``config`` (see :meth:`_settings`), load the problems and start the draw order."""
-        settings = self._settings(config)
+        """Check ``config`` (see :meth:`settings`), load the problems and start the draw order."""
+        settings = self.settings(config)
         self._problems: list[ProblemT] = self._load_problems(settings)
         if not self._problems:
             raise ValueError(f"{self._name} dataset {settings['dataset']!r} has no {self.PROBLEMS_NOUN}")
@@ -194,19 +194,19 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
                 texts.append(as_text(completion))
             except TypeError as error:
                 raise TypeError(f"{self._name} completion {k}: {error}") from None
-        ratings = self._score_batch(problems, texts)
+        ratings = self.score_batch(problems, texts)
         return [self._info(problem, rating) for problem, rating in zip(problems, ratings)]
 
-    def _score(self, problem: ProblemT, completion: str) -> ScoreResult:
+    def score(self, problem: ProblemT, completion: str) -> ScoreResult:
         """Rate one completion: a :class:`ScoreResult` ``{"score": reward, "acc": correct, "pred": answer or
         None}``, plus ``"score_timed_out"`` where rating can time out and any other info keys."""
         raise NotImplementedError(
-            f"{self._name} must implement _score(problem, completion), or _score_batch(problems, completions)"
+            f"{self._name} must implement score(problem, completion), or score_batch(problems, completions)"
         )
 
-    def _score_batch(self, problems: Sequence[ProblemT], completions: list[str]) -> list[ScoreResult]:
-        """:meth:`_score` of each pair; a subclass that rates many at once (in parallel) overrides it."""
-        return [self._score(problem, completion) for problem, completion in zip(problems, completions)]
+    def score_batch(self, problems: Sequence[ProblemT], completions: list[str]) -> list[ScoreResult]:
+        """:meth:`score` of each pair; a subclass that rates many at once (in parallel) overrides it."""
+        return [self.score(problem, completion) for problem, completion in zip(problems, completions)]
 
     def _info(self, problem: ProblemT, rating: ScoreResult) -> ScoreInfo:
         rating = check_score_result(rating, f"{self._name} rated a completion")
@@ -256,8 +256,8 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         - A turn with tool calls, in an environment that has tools: each call runs (a failed call is an
           error message the model sees), the tool messages (``{"role": "tool", "name", "content"}``) come
           back with reward 0, and the episode goes on. The info is a :class:`ToolStepInfo`.
-        - Any other turn is an answer, scored by ``_score``: its info is :meth:`score_many`'s. When
-          ``_feedback`` has messages for it, they come back with reward 0 and the episode goes on;
+        - Any other turn is an answer, scored by ``score``: its info is :meth:`score_many`'s. When
+          ``feedback`` has messages for it, they come back with reward 0 and the episode goes on;
           otherwise the episode terminates with the answer's score as the reward and no messages.
         """
         problem = self._episode_problem("step")
@@ -278,7 +278,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
             )
             return messages, 0.0, False, False, info
         (info,) = self.score_many([problem], [text])
-        feedback = self._feedback(problem, text, info)
+        feedback = self.feedback(problem, text, info)
         if feedback:
             self._last_turn = (text, info)
             return [dict(message) for message in feedback], 0.0, False, False, info
@@ -295,7 +295,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         self._current = None
         return float(info[Info.SCORE]), info
 
-    def _feedback(self, problem: ProblemT, answer: str, info: ScoreInfo) -> Sequence[Mapping[str, str]] | None:
+    def feedback(self, problem: ProblemT, answer: str, info: ScoreInfo) -> Sequence[Mapping[str, str]] | None:
         """Messages that continue the episode after ``answer`` was rated ``info`` (the model tries again), or
         None to end it with that rating. One-turn tasks keep this default."""
         return None
@@ -346,7 +346,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         if dataset == self.BUILTIN_DATASET:
             # The generator's own seed stays fixed: the problem set must depend
             # only on (split, num_problems), not on each env runner's draw seed.
-            return self._generate(settings["split"], settings["num_problems"])
+            return self.generate(settings["split"], settings["num_problems"])
         if not isinstance(dataset, (str, os.PathLike)):
             raise TypeError(
                 f"{self._name} 'dataset' must be {self.BUILTIN_DATASET!r} or a file path, got {type(dataset).__name__} {dataset!r}"
@@ -357,7 +357,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
                 f"{self._name} 'num_problems' applies to the {self.BUILTIN_DATASET!r} dataset only, "
                 f"not to file {dataset!r}; pass a smaller file instead"
             )
-        return self._load_file(dataset)
+        return self.load_file(dataset)
 
 
 def build_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> ProblemEnv:

@@ -41,53 +41,43 @@ def compute_policy_loss(
     num_seqs: Count | None = None,
     loss_scale_factor: Count | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate loss with decoupled clip bounds (Clip-Higher):
-    the policy loss ``"ppo_clip"``.
+    """Clipped surrogate loss with decoupled clip bounds (Clip-Higher): the policy loss ``"ppo_clip"``.
 
     Per token, with ``r = exp(log_probs - old_log_probs)``::
 
         l = max(-A * r, -A * clip(r, 1 - clip_eps_low, 1 + clip_eps_high))
 
-    which is the negative of the paper's ``min(r A, clip(r, ...) A)`` (PPO,
-    Schulman et al., 2017, arXiv 1707.06347; naive GRPO is
-    ``clip_eps_high = clip_eps_low`` without the dual clip). With
-    ``clip_eps_high > clip_eps_low`` a token with ``A > 0`` may raise its
-    probability further before its gradient is cut, which keeps rare
-    "exploration" tokens alive and prevents entropy collapse. If
-    ``clip_ratio_c`` is set, tokens with ``A < 0`` are also bounded by the dual
-    clip ``l = min(l, -A * c)``: without it a negative-advantage token whose
-    ratio has exploded contributes an unbounded loss.
+    the negative of the paper's ``min(r A, clip(r, ...) A)`` (PPO, Schulman et al., 2017,
+    arXiv 1707.06347; naive GRPO is ``clip_eps_high = clip_eps_low`` without the dual clip).
+    With ``clip_eps_high > clip_eps_low`` a token with ``A > 0`` may raise its probability
+    further before its gradient is cut, which keeps rare "exploration" tokens alive and prevents
+    entropy collapse. If ``clip_ratio_c`` is set, tokens with ``A < 0`` are also bounded by the
+    dual clip ``l = min(l, -A * c)``: without it a negative-advantage token whose ratio has
+    exploded contributes an unbounded loss.
 
     Args:
-        log_probs: [batch, time] log pi_theta of the sampled tokens (carries
-            the gradient).
+        log_probs: [batch, time] log pi_theta of the sampled tokens (carries the gradient).
         old_log_probs: [batch, time] log pi_old of the same tokens.
-        advantages: [batch, time] per-token advantage (the sequence's ``A_i``
-            repeated over its tokens).
+        advantages: [batch, time] per-token advantage (the sequence's ``A_i`` repeated over its tokens).
         response_mask: [batch, time] 0/1, 1 on response tokens that count.
-        clip_eps_low, clip_eps_high: the clip range is
-            ``[1 - clip_eps_low, 1 + clip_eps_high]``; DAPO uses 0.2 and 0.28.
-        clip_ratio_c: dual-clip constant ``c > 1`` (DAPO scripts: 10), or
-            None for no dual clip.
-        loss_agg_mode, num_tokens, num_seqs, loss_scale_factor: passed to
-            ``agg_loss``.
+        clip_eps_low, clip_eps_high: the clip range is ``[1 - clip_eps_low, 1 + clip_eps_high]``;
+            DAPO uses 0.2 and 0.28.
+        clip_ratio_c: dual-clip constant ``c > 1`` (DAPO scripts: 10), or None for no dual clip.
+        loss_agg_mode, num_tokens, num_seqs, loss_scale_factor: passed to ``agg_loss``.
 
     Returns:
-        ``(loss, metrics)``: ``loss`` is a 0-dim tensor; ``metrics`` maps
-        names to detached 0-dim tensors, each a mean over unmasked tokens:
+        ``(loss, metrics)``: ``loss`` is a 0-dim tensor; ``metrics`` maps names to detached
+        0-dim tensors, each a mean over unmasked tokens:
 
         - ``pg_clipfrac_low``: fraction with ``A < 0`` and ``r < 1 - eps_low``.
         - ``pg_clipfrac_high``: fraction with ``A > 0`` and ``r > 1 + eps_high``.
-        - ``pg_clipfrac_dual``: fraction with ``A < 0`` and ``r > c`` (where the
-          dual clip binds; 0 when it is off).
+        - ``pg_clipfrac_dual``: fraction with ``A < 0`` and ``r > c`` (where the dual clip binds;
+          0 when it is off).
         - ``approx_kl``: mean of ``old_log_probs - log_probs``.
         - ``ratio_mean``: mean of ``r``.
     """
     _check_same_shape(
-        log_probs=log_probs,
-        old_log_probs=old_log_probs,
-        advantages=advantages,
-        response_mask=response_mask,
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
     )
     _check_clip_range(clip_eps_low, clip_eps_high)
     if clip_ratio_c is not None and clip_ratio_c <= 1:
@@ -95,11 +85,10 @@ def compute_policy_loss(
 
     log_ratio = log_probs - old_log_probs
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
-    token_loss = clipped_surrogate(ratio, advantages, 1 - clip_eps_low, 1 + clip_eps_high)
-    negative = advantages < 0
+    low, high = 1 - clip_eps_low, 1 + clip_eps_high
+    token_loss = clipped_surrogate(ratio, advantages, low, high)
     if clip_ratio_c is not None:
-        token_loss = torch.where(negative, torch.minimum(token_loss, -advantages * clip_ratio_c), token_loss)
-
+        token_loss = torch.where(advantages < 0, torch.minimum(token_loss, -advantages * clip_ratio_c), token_loss)
     loss = agg_loss(
         token_loss,
         response_mask,
@@ -108,41 +97,11 @@ def compute_policy_loss(
         num_seqs=num_seqs,
         loss_scale_factor=loss_scale_factor,
     )
-
     with torch.no_grad():
-        ratio = ratio.detach()
-        clipped_low = negative & (ratio < 1 - clip_eps_low)
-        clipped_high = (advantages > 0) & (ratio > 1 + clip_eps_high)
-        # For A < 0, -A*c < l exactly when r > c: c > 1 > 1 - eps_low, so the
-        # lower clip can never be the binding term there.
-        if clip_ratio_c is None:
-            clipped_dual = torch.zeros_like(clipped_low)
-        else:
-            clipped_dual = negative & (ratio > clip_ratio_c)
-        metrics = {
-            Metrics.PG_CLIPFRAC_LOW: masked_mean(clipped_low.to(ratio.dtype), response_mask),
-            Metrics.PG_CLIPFRAC_HIGH: masked_mean(clipped_high.to(ratio.dtype), response_mask),
-            Metrics.PG_CLIPFRAC_DUAL: masked_mean(clipped_dual.to(ratio.dtype), response_mask),
-            Metrics.APPROX_KL: masked_mean(-log_ratio.detach(), response_mask),
-            Metrics.RATIO_MEAN: masked_mean(ratio, response_mask),
-        }
+        metrics = _clip_metrics(ratio, advantages, response_mask, log_ratio, low, high)
+        if clip_ratio_c is not None:
+            metrics[Metrics.PG_CLIPFRAC_DUAL] = _dual_clip_fraction(ratio, advantages, response_mask, clip_ratio_c)
     return loss, metrics
-
-
-# --------------------------------------------------------------------------
-# Policy losses of DAPO's neighbours: GSPO (sequence ratio), CISPO (clipped weight)
-# --------------------------------------------------------------------------
-
-
-def _log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
-    return (log_probs - old_log_probs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-
-
-def _aggregate(token_loss, response_mask, loss_agg_mode: str, settings: dict) -> torch.Tensor:
-    """``agg_loss`` with the denominators among a policy loss's ``settings`` (the others, such as
-    ``clip_ratio_c``, are a variant's to ignore)."""
-    denominators = {k: settings.get(k) for k in ("num_tokens", "num_seqs", "loss_scale_factor")}
-    return agg_loss(token_loss, response_mask, loss_agg_mode, **denominators)
 
 
 def _clip_metrics(ratio, advantages, response_mask, log_ratio, low, high, *, by_sign=True) -> dict[str, torch.Tensor]:
@@ -160,6 +119,29 @@ def _clip_metrics(ratio, advantages, response_mask, log_ratio, low, high, *, by_
         Metrics.APPROX_KL: masked_mean(-log_ratio.detach(), response_mask),
         Metrics.RATIO_MEAN: masked_mean(ratio, response_mask),
     }
+
+
+def _dual_clip_fraction(ratio, advantages, response_mask, clip_ratio_c: float) -> torch.Tensor:
+    """The fraction of masked tokens where the dual clip binds: for A < 0, ``-A c < l`` exactly
+    when ``r > c`` (``c > 1 > 1 - eps_low``, so the lower clip never binds there)."""
+    ratio = ratio.detach()
+    return masked_mean(((advantages < 0) & (ratio > clip_ratio_c)).to(ratio.dtype), response_mask)
+
+
+# --------------------------------------------------------------------------
+# Policy losses of DAPO's neighbours: GSPO (sequence ratio), CISPO (clipped weight)
+# --------------------------------------------------------------------------
+
+
+def _log_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+    return (log_probs - old_log_probs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+
+
+def _aggregate(token_loss, response_mask, loss_agg_mode: str, settings: dict) -> torch.Tensor:
+    """``agg_loss`` with the denominators among a policy loss's ``settings`` (the others, such as
+    ``clip_ratio_c``, are a variant's to ignore)."""
+    denominators = {k: settings.get(k) for k in ("num_tokens", "num_seqs", "loss_scale_factor")}
+    return agg_loss(token_loss, response_mask, loss_agg_mode, **denominators)
 
 
 def sequence_log_ratio(

@@ -9,7 +9,8 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from dapo_rllib.tasks.data.code_tasks import CODE_PROMPT_TEMPLATE, CodeTask, FunctionTests
+from dapo_rllib.tasks.data.code_tasks import CODE_PROMPT_TEMPLATE, CodeTask
+from dapo_rllib.tasks.data.code_tests import FunctionTests
 from dapo_rllib.tasks.data.datasets import short_repr
 
 #: ``data_source`` of the generated tasks.

@@ -1,4 +1,4 @@
-"""Convert a file of math problems and answers into DAPO-format rows (docs/algorithm.md §4).
+"""Convert a file of math problems and answers into DAPO-format rows (docs/design/algorithm.md §4).
 
 Input is ``.jsonl``, ``.parquet`` or ``.csv``, either already in the DAPO row format
 (``prompt`` a list of chat messages, ``reward_model`` holding the ground truth) or with
@@ -38,7 +38,7 @@ from dapo_rllib.tasks.data.datasets import (
 from dapo_rllib.tasks.data.prompts import DAPO_PROMPT_TEMPLATE, render_prompt_ids
 from dapo_rllib.tasks.env_names import CODE_ENV
 
-logger = logging.getLogger("dapo_rllib.tasks.data")
+logger = logging.getLogger(__name__)
 
 #: Input suffixes :func:`convert_to_dapo` reads.
 INPUT_SUFFIXES = (".jsonl", ".parquet", ".csv")
@@ -199,25 +199,56 @@ def convert_to_dapo(
     tokenizer = _load_length_tokenizer(tokenizer_path, max_prompt_length)
 
     rows = _read_rows(input_path)
-    columns = list(dict.fromkeys(key for row in rows for key in row))
     report = ConversionReport(input_path, output_path)
-    if question_field is None and answer_field is None and _is_dapo_format(rows, columns):
-        extract = _dapo_row_extractor(data_source)
-    else:
-        report.question_field = _pick_field(
-            question_field, QUESTION_FIELD_CANDIDATES, columns, rows, "question", "question_field", input_path
-        )
-        report.answer_field = _pick_field(
-            answer_field, ANSWER_FIELD_CANDIDATES, columns, rows, "answer", "answer_field", input_path
-        )
-        extract = _plain_row_extractor(report.question_field, report.answer_field, template, data_source)
-
+    extract = _row_extractor(rows, report, question_field, answer_field, template, data_source)
     report.rows_read = len(rows)
+    output_rows = _convert_rows(rows, extract, report, tokenizer, max_prompt_length)
+    report.rows_written = len(output_rows)
+    if not output_rows:
+        raise ValueError(f"every row of {input_path} was dropped; nothing written.\n{report.format()}")
+    _write_parquet(output_rows, output_path)
+    if report.conflicting_answers:
+        logger.warning("%s: %s", input_path, report.conflict_summary())
+    return report
+
+
+def _row_extractor(
+    rows: list[dict[str, Any]],
+    report: ConversionReport,
+    question_field: str | None,
+    answer_field: str | None,
+    template: str,
+    data_source: str,
+) -> Callable[[dict[str, Any], str], _Extracted]:
+    """How to read the rows: as DAPO rows when they are some and no field is named, else from
+    the question and answer fields (picked, and recorded in ``report``)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    if question_field is None and answer_field is None and _is_dapo_format(rows, columns):
+        return _dapo_row_extractor(data_source)
+    path = report.input_path
+    report.question_field = _pick_field(
+        question_field, QUESTION_FIELD_CANDIDATES, columns, rows, "question", "question_field", path
+    )
+    report.answer_field = _pick_field(
+        answer_field, ANSWER_FIELD_CANDIDATES, columns, rows, "answer", "answer_field", path
+    )
+    return _plain_row_extractor(report.question_field, report.answer_field, template, data_source)
+
+
+def _convert_rows(
+    rows: list[dict[str, Any]],
+    extract: Callable[[dict[str, Any], str], _Extracted],
+    report: ConversionReport,
+    tokenizer,
+    max_prompt_length: int | None,
+) -> list[dict[str, Any]]:
+    """The output rows of the rows kept, in order; each row dropped is counted in ``report``
+    under its reason, and so are numeric answers and conflicting answers."""
     seen_pairs: set[tuple] = set()
     kept_answers: dict[tuple, str] = {}
     output_rows = []
     for row_number, row in enumerate(rows):
-        where = f"row {row_number} of {input_path}"
+        where = f"row {row_number} of {report.input_path}"
         extracted = extract(row, where)
         if isinstance(extracted, str):
             report.record_drop(extracted, row_number)
@@ -244,14 +275,7 @@ def convert_to_dapo(
             report.record_conflict(row_number)
         problem = MathProblem(messages, answer, row_data_source, index=len(output_rows))
         output_rows.append(_output_row(problem, row_number))
-
-    report.rows_written = len(output_rows)
-    if not output_rows:
-        raise ValueError(f"every row of {input_path} was dropped; nothing written.\n{report.format()}")
-    _write_parquet(output_rows, output_path)
-    if report.conflicting_answers:
-        logger.warning("%s: %s", input_path, report.conflict_summary())
-    return report
+    return output_rows
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""Math problem datasets in the DAPO row format (docs/algorithm.md §4).
+"""Math problem datasets in the DAPO row format (docs/design/algorithm.md §4).
 
 A row (parquet or jsonl) looks like::
 
@@ -34,7 +34,7 @@ _ELIDING_REPR.maxstring = _ELIDING_REPR.maxother = 120
 #: ``repr`` with long strings and containers elided, for error messages.
 short_repr = _ELIDING_REPR.repr
 
-logger = logging.getLogger("dapo_rllib.tasks.data")
+logger = logging.getLogger(__name__)
 
 #: A loaded item with an ``index`` and ``copies`` (MathProblem, CodeTask).
 ProblemT = TypeVar("ProblemT")
@@ -145,7 +145,7 @@ def merge_repeats(keyed: list[tuple[Hashable, ProblemT]], noun: str, path: Path)
         copies[key] += 1
         first.setdefault(key, item)
     merged = [replace(item, index=index, copies=copies[key]) for index, (key, item) in enumerate(first.items())]
-    logger.info(
+    logger.debug(
         "Loaded %d %s from %s (%d rows, %d duplicates removed)",
         len(merged),
         noun,

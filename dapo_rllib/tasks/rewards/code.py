@@ -51,7 +51,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
 from dapo_rllib.contracts import ScoreResult
-from dapo_rllib.tasks.data.code_tasks import Call, CodeTask
+from dapo_rllib.tasks.data.code_tasks import CodeTask
+from dapo_rllib.tasks.data.code_tests import Call
 from dapo_rllib.tasks.data.datasets import short_repr
 from dapo_rllib.tasks.rewards.data_values import NotData, load, parse_json
 from dapo_rllib.tasks.rewards.program_judge import CANDIDATE_SERVER, frame, judge_program

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from dapo_rllib.tasks.data.code_tasks import TestProgram
+from dapo_rllib.tasks.data.code_tests import TestProgram
 from dapo_rllib.tasks.rewards import data_values
 from dapo_rllib.tasks.rewards.data_values import NotData
 from dapo_rllib.tasks.sandbox import Sandbox, SandboxProcess
