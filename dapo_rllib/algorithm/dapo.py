@@ -15,6 +15,7 @@ Validation during training is `dapo_rllib.algorithm.validation`.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,8 @@ from dapo_rllib.rollout.weight_sync import WeightSyncSettings
 from dapo_rllib.settings import FeatureSettings, require
 from dapo_rllib.tasks.env_names import MATH_ENV
 from dapo_rllib.tasks.rewards.overlong import OverlongSettings
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DAPO", "DAPOConfig", "learner_data"]
 
@@ -401,7 +404,7 @@ class DAPO(Algorithm):
         ensure_policy_model(config.model_settings)
         if config.lora_settings is not None:
             # Resolved (and refused with its reason) before any learner or env runner starts.
-            print(f"LoRA rank {config.lora_rank}: {LORA_SYNC_LINES[config.lora_sync_path]}", flush=True)
+            logger.info(f"LoRA rank {config.lora_rank}: {LORA_SYNC_LINES[config.lora_sync_path]}")
         with env_runner_groups_built_as(ByValueEnvRunnerGroup):  # env runners that Ray can restart
             super().setup(config)
         self._tensorboard: TensorBoardWriter | None = None
@@ -488,7 +491,7 @@ class DAPO(Algorithm):
         return results
 
     def _evaluate_before_training(self) -> None:
-        print("[DAPO] evaluating before the first training step ...", flush=True)
+        logger.info("[DAPO] evaluating before the first training step ...")
         results = heldout_results(self.config, self.eval_env_runner_group or self.env_runner_group)
         self.metrics.aggregate([as_stats(results)], key=EVAL_BEFORE_TRAINING)
         self._evaluated_before_training = True

@@ -141,10 +141,9 @@ class GroupSampler:
                 informative_groups(groups, FILTER_METRICS[cfg.filter_metric], cfg.filter_band, cfg.filter_min_std)
             )
             scored = sum(len(g) for g in groups)
-            print(
+            logger.info(
                 f"[DAPO] generation round {rounds}: {scored} samples scored, "
-                f"{len(kept)} informative groups (need {cfg.train_batch_size_prompts})",
-                flush=True,
+                f"{len(kept)} informative groups (need {cfg.train_batch_size_prompts})"
             )
 
         generation_s = metrics.peek((TIMERS, Metrics.GENERATION_S))
@@ -201,9 +200,7 @@ class GroupSampler:
                 "gen_batch_size_prompts, or set train_on_partial_batch=True to train on what was "
                 "collected."
             )
-        print(
-            f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)", flush=True
-        )
+        logger.info(f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)")
         return kept[:whole]
 
     def _log_rollout_metrics(

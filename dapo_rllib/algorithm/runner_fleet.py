@@ -8,12 +8,15 @@ weights it streams, and the lock that keeps that apart from an update).
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from dapo_rllib.rollout.env_runner_group import SampleReport, bring_back_env_runners, sample_on_env_runners
 from dapo_rllib.rollout.weight_sync import stream_weights
+
+logger = logging.getLogger(__name__)
 
 
 class RunnerFleet:
@@ -69,7 +72,7 @@ class RunnerFleet:
         if restored:
             self._restored_since_read += len(restored)
             self.sync_weights(restored, group=group)
-            print(f"[DAPO] env runner(s) {sorted(restored)} restarted and given the current weights", flush=True)
+            logger.info(f"[DAPO] env runner(s) {sorted(restored)} restarted and given the current weights")
         return restored
 
     def pop_restored_count(self) -> int:

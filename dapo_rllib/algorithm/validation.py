@@ -11,6 +11,7 @@ metrics for a model or checkpoint outside training.)
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from dapo_rllib.columns import Metrics
 from dapo_rllib.reporting import eval_metrics
 from dapo_rllib.rollout.env_runner_group import on_env_runners
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
+
+logger = logging.getLogger(__name__)
 
 DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".gz")  # an eval_dataset with these names a file; others a built-in set
 
@@ -103,7 +106,7 @@ def heldout_results(config, group) -> dict[str, Any]:
         Metrics.EVAL_TIME_S: elapsed,
         Metrics.PROMPTS_TRUNCATED: sum(r.prompt_truncated for r in problems),
     }
-    print(f"[DAPO] validation ({elapsed:.1f} s): {eval_metrics.headline(results)}", flush=True)
+    logger.info(f"[DAPO] validation ({elapsed:.1f} s): {eval_metrics.headline(results)}")
     return results
 
 

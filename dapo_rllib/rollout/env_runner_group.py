@@ -13,6 +13,7 @@ no group and counts none twice; `bring_back_env_runners` waits for the runner Ra
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from dapo_rllib.columns import Metrics
 from dapo_rllib.rollout.timing import RolloutTiming
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -111,10 +114,9 @@ def sample_on_env_runners(
             raise lost_env_runners_error(missing)
         requests = [request for i, share in zip(ids, shares) if i in missing for request in share]
         metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_RUNNERS_LOST), len(missing), reduce="sum")
-        print(
+        logger.info(
             f"[DAPO] env runner(s) {missing} lost while sampling; "
-            f"their {len(requests)} prompts go to the env runners in service",
-            flush=True,
+            f"their {len(requests)} prompts go to the env runners in service"
         )
 
 
@@ -141,14 +143,14 @@ def bring_back_env_runners(group, *, probe_timeout_s: float, restore_timeout_s: 
         if not missing:
             if waiting_since is not None:
                 waited = time.monotonic() - waiting_since
-                print(f"[DAPO] env runner(s) {sorted(restored)} back after {waited:.1f} s", flush=True)
+                logger.info(f"[DAPO] env runner(s) {sorted(restored)} back after {waited:.1f} s")
             return sorted(restored)
         if time.monotonic() > deadline:
             timeout = f"env_runner_restore_timeout_s={restore_timeout_s}"
             raise RuntimeError(f"env runner(s) {missing} did not come back within {timeout}")
         if waiting_since is None:
             waiting_since = time.monotonic()
-            print(f"[DAPO] waiting for env runner(s) {missing} to restart (a new vLLM engine) ...", flush=True)
+            logger.info(f"[DAPO] waiting for env runner(s) {missing} to restart (a new vLLM engine) ...")
         time.sleep(RESTORE_POLL_S)
 
 
