@@ -76,7 +76,7 @@ def sums_task_config():
     tuned_examples/dapo/tiny_ablation.py."""
     from dapo_rllib.dapo import DAPOConfig
     from dapo_rllib.data.scratchpad_sums import ensure_sum_datasets
-    from dapo_rllib.tiny_model import default_tiny_model_path, ensure_tiny_model
+    from dapo_rllib.models.tiny import default_tiny_model_path, ensure_tiny_model
 
     model = ensure_tiny_model(task="sums")
     train_file, test_file = ensure_sum_datasets(

@@ -83,7 +83,7 @@ class DAPO(Algorithm):
     @override(Algorithm)
     def setup(self, config) -> None:
         if config.model_path is None:
-            from dapo_rllib.tiny_model import ensure_tiny_model
+            from dapo_rllib.models.tiny import ensure_tiny_model
 
             # The documented default, built once (then cached) before any runner or learner loads it.
             ensure_tiny_model()

@@ -439,7 +439,7 @@ class DAPOConfig(AlgorithmConfig):
     def policy_model_path(self) -> str:
         """The policy's model directory: `model_path`, or the built-in tiny model's when it is None
         (`DAPO.setup` builds that one before any learner or env runner starts)."""
-        from dapo_rllib.tiny_model import default_tiny_model_path
+        from dapo_rllib.models.tiny import default_tiny_model_path
 
         return str(default_tiny_model_path() if self.model_path is None else self.model_path)
 

@@ -8,8 +8,8 @@ from ray.tune.search.variant_generator import generate_variants
 from dapo_rllib.ablation import NAIVE_GRPO, STAGE_CHANGES, STAGE_KEY, ablation_search_space, stages, write_report
 from dapo_rllib.dapo import DAPOConfig
 from dapo_rllib.data.scratchpad_sums import MAX_ADDENDS, generate_sum_problems, parse_sum_question, scratchpad_lines
+from dapo_rllib.models.tiny import SUMS_ANSWER_STYLES, sums_answer
 from dapo_rllib.rewards.math_dapo import compute_score
-from dapo_rllib.tiny_model import SUMS_ANSWER_STYLES, sums_answer
 
 STAGE_NAMES = [name for name, _ in STAGE_CHANGES]
 

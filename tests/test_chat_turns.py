@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from dapo_rllib.chat_turns import TurnRenderer, check_renders_tools
-from dapo_rllib.tiny_model import CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
+from dapo_rllib.models.tiny import CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
 from dapo_rllib.tools import PYTHON_PARAMETERS, Tool
 
 TOOLS = [Tool("python", "Run Python code.", PYTHON_PARAMETERS, str).schema]

@@ -1,0 +1,1 @@
+"""The policy's models: the tiny models built locally (`tiny`)."""
