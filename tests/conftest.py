@@ -2,7 +2,7 @@
 
 A failing test that used a tiny model reports which one (a "tiny model" section, repeated at the
 end of the run): the fingerprint and held-out accuracy from its build record, and whether it is
-the build the tests were checked with (`dapo_rllib.tiny_model.REFERENCE_BUILDS`).
+the build the tests were checked with (`dapo_rllib.models.tiny.REFERENCE_BUILDS`).
 """
 
 import logging
@@ -27,7 +27,7 @@ def caplog(caplog, monkeypatch):
 
 
 def _tiny_model(request, path) -> str:
-    from dapo_rllib.tiny_model import describe_build, is_reference_build
+    from dapo_rllib.models.tiny import describe_build, is_reference_build
 
     models = request.config.stash.setdefault(_TINY_MODELS, {})
     models[request.fixturename] = (describe_build(path), is_reference_build(path))
@@ -37,7 +37,7 @@ def _tiny_model(request, path) -> str:
 @pytest.fixture(scope="session")
 def tiny_model_path(request):
     """The built-in tiny model (built into the cache on first use, ~3 minutes on 2 cores)."""
-    from dapo_rllib.tiny_model import ensure_tiny_model
+    from dapo_rllib.models.tiny import ensure_tiny_model
 
     return _tiny_model(request, ensure_tiny_model())
 
@@ -57,7 +57,7 @@ def plain_tokenizer_path(tiny_model_path, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_code_model_path(request):
     """The tiny model warm-started on the generated code tasks (built on first use, cached)."""
-    from dapo_rllib.tiny_model import ensure_tiny_model
+    from dapo_rllib.models.tiny import ensure_tiny_model
 
     return _tiny_model(request, ensure_tiny_model(task="code"))
 
@@ -65,14 +65,14 @@ def tiny_code_model_path(request):
 @pytest.fixture(scope="session")
 def tiny_tool_model_path(request):
     """The tiny model warm-started to call the python tool on products (built on first use, cached)."""
-    from dapo_rllib.tiny_model import ensure_tiny_model
+    from dapo_rllib.models.tiny import ensure_tiny_model
 
     return _tiny_model(request, ensure_tiny_model(task="tool_arithmetic"))
 
 
 def pytest_report_header(config):
     """The default tiny models in the cache (shown without -q)."""
-    from dapo_rllib.tiny_model import default_tiny_model_path, describe_build
+    from dapo_rllib.models.tiny import default_tiny_model_path, describe_build
 
     lines = []
     for task in ("arithmetic", "code", "tool_arithmetic", "code_repair"):

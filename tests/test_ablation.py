@@ -14,6 +14,7 @@ from dapo_rllib.experiments.ablation import (
     stages,
     write_report,
 )
+from dapo_rllib.models.tiny import SUMS_ANSWER_STYLES, sums_answer
 from dapo_rllib.tasks.data.scratchpad_sums import (
     MAX_ADDENDS,
     generate_sum_problems,
@@ -21,7 +22,6 @@ from dapo_rllib.tasks.data.scratchpad_sums import (
     scratchpad_lines,
 )
 from dapo_rllib.tasks.rewards.math_dapo import compute_score
-from dapo_rllib.tiny_model import SUMS_ANSWER_STYLES, sums_answer
 
 STAGE_NAMES = [name for name, _ in STAGE_CHANGES]
 

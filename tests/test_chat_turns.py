@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
+from dapo_rllib.models.tiny import CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
 from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.tasks.tools import PYTHON_PARAMETERS, Tool
-from dapo_rllib.tiny_model import CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
 
 TOOLS = [Tool("python", "Run Python code.", PYTHON_PARAMETERS, str).schema]
 PROMPT = [{"role": "user", "content": "What is 123 * 45?"}]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from dapo_rllib.models.tiny import code_answer, repair_answer, repair_feedback
 from dapo_rllib.tasks.data.code_arithmetic import reference_solution
 from dapo_rllib.tasks.data.code_tasks import CodeTask
 from dapo_rllib.tasks.data.code_tests import FunctionTests
 from dapo_rllib.tasks.rewards.code import CaseReport, feedback_text, judge_code_many
-from dapo_rllib.tiny_model import code_answer, repair_answer, repair_feedback
 from envs.code_repair_env import CodeRepairEnv
 
 LIMITS = {"timeout_s": 5.0, "max_workers": 2}

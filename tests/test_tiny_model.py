@@ -8,8 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from dapo_rllib import tiny_model
-from dapo_rllib.tiny_model import (
+from dapo_rllib.models.tiny import (
     BUILD_RECORD,
     RECIPES,
     REFERENCE_BUILDS,
@@ -21,6 +20,7 @@ from dapo_rllib.tiny_model import (
     read_build_record,
     weights_fingerprint,
 )
+from dapo_rllib.models.tiny import build as tiny_build
 
 
 def model_dir(path, tensors, record=None):
@@ -75,7 +75,7 @@ def test_a_build_is_described_against_the_reference_build_of_its_version(tmp_pat
     assert describe_build(no_reference).endswith("; no reference build of this version to compare with")
     assert describe_build(no_record) == (
         f"{no_record}: fingerprint {weights_fingerprint(no_record)[:16]}, no {BUILD_RECORD} "
-        "(not built by this tiny_model.py)"
+        "(not built by dapo_rllib.models.tiny)"
     )
 
 
@@ -93,21 +93,21 @@ def test_another_seed_builds_into_a_directory_of_its_own(tmp_path, monkeypatch):
 
 
 def test_the_build_pins_its_threads_and_where_the_cpu_has_avx2_its_kernels(monkeypatch):
-    monkeypatch.setattr(tiny_model, "_cpu_flags", lambda: {"sse4_2", "avx", "avx2", "fma", "avx512f"})
+    monkeypatch.setattr(tiny_build, "_cpu_flags", lambda: {"sse4_2", "avx", "avx2", "fma", "avx512f"})
     env = build_environment()
-    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(tiny_model.BUILD_THREADS)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(tiny_build.BUILD_THREADS)
     assert (env["ATEN_CPU_CAPABILITY"], env["MKL_CBWR"], env["ONEDNN_MAX_CPU_ISA"]) == ("avx2", "AVX2", "AVX2")
     # Without AVX2 (an old x86, ARM): the CPU's own kernels, the same threads.
-    monkeypatch.setattr(tiny_model, "_cpu_flags", lambda: {"sse4_2", "avx"})
+    monkeypatch.setattr(tiny_build, "_cpu_flags", lambda: {"sse4_2", "avx"})
     env = build_environment()
     assert not {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"} & set(env)
-    assert env["OMP_NUM_THREADS"] == str(tiny_model.BUILD_THREADS)
+    assert env["OMP_NUM_THREADS"] == str(tiny_build.BUILD_THREADS)
 
 
 def test_the_session_models_build_record_is_of_its_weights(tiny_model_path):
     built = read_build_record(tiny_model_path)
     if built is None:
-        pytest.skip(f"{tiny_model_path} has no {BUILD_RECORD} (not built by this tiny_model.py)")
+        pytest.skip(f"{tiny_model_path} has no {BUILD_RECORD} (not built by dapo_rllib.models.tiny)")
     assert weights_fingerprint(tiny_model_path) == built["fingerprint"]
     assert built["task"] == "arithmetic" and built["version"] == RECIPES["arithmetic"].version
     held_out = built["held_out"]

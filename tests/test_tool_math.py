@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from dapo_rllib.models.tiny import RECIPES, conversation_ids, python_call, tool_answer
 from dapo_rllib.tasks.data.tool_arithmetic import generate_tool_arithmetic_problems, parse_product_question
 from dapo_rllib.tasks.tools import HermesToolParser
-from dapo_rllib.tiny_model import RECIPES, conversation_ids, python_call, tool_answer
 from envs.tool_math_env import ToolMathEnv
 
 

@@ -20,8 +20,8 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.experiments import comparison_grid
+from dapo_rllib.models.tiny import default_tiny_model_path, ensure_tiny_model
 from dapo_rllib.tasks.data.scratchpad_sums import SUMS_DATA_SOURCE, ensure_sum_datasets
-from dapo_rllib.tiny_model import default_tiny_model_path, ensure_tiny_model
 
 # The task both grids run on (`sums_task_config`) and how they are scored.
 SEEDS = 3

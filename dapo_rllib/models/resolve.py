@@ -3,7 +3,7 @@
 Every process that loads the policy (learners, env runners, `rllib evaluate` / `export`) reads the
 directory `policy_model_path` names; the driver makes sure it exists first (`ensure_policy_model`),
 before any learner or env runner starts. Sources: a Hugging Face model directory (`model_path`), or
-None for the built-in tiny arithmetic model (`dapo_rllib.tiny_model`), built into the cache on first use.
+None for the built-in tiny arithmetic model (`dapo_rllib.models.tiny`), built into the cache on first use.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from dapo_rllib.models.tiny import default_tiny_model_path, ensure_tiny_model
 from dapo_rllib.settings import FeatureSettings, require
-from dapo_rllib.tiny_model import default_tiny_model_path, ensure_tiny_model
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 

@@ -4,7 +4,7 @@ The policy writes a Python function per prompt ("Write a Python function `add(a,
 returns the sum of its two arguments."); the `dapo_code` environment runs it against the task's
 tests in the sandbox (dapo_rllib/tasks/sandbox.py) and rewards +1 when all pass, -1 otherwise. The
 tiny code model is warm-started to answer in three ways, of which only `return` in the requested
-function passes (see dapo_rllib/tiny_model.py), so the held-out pass rate has room to rise.
+function passes (see dapo_rllib/models/tiny/answers.py), so the held-out pass rate has room to rise.
 
 The config is tiny_arithmetic_dapo.py's with the environment, its validation set, the model
 path and the response length changed: nothing else. Ends with
@@ -17,7 +17,7 @@ path and the response length changed: nothing else. Ends with
 from pathlib import Path
 
 from dapo_rllib.cli.train import load_config_file, run_example
-from dapo_rllib.tiny_model import ensure_tiny_model
+from dapo_rllib.models.tiny import ensure_tiny_model
 
 math_config, stop, _ = load_config_file(Path(__file__).with_name("tiny_arithmetic_dapo.py"))
 config = (

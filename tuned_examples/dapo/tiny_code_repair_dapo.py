@@ -19,7 +19,7 @@ attempts and the feedback between them (max_response_length counts the feedback'
 from pathlib import Path
 
 from dapo_rllib.cli.train import load_config_file, run_example
-from dapo_rllib.tiny_model import ensure_tiny_model
+from dapo_rllib.models.tiny import ensure_tiny_model
 
 code_config, _, _ = load_config_file(Path(__file__).with_name("tiny_code_dapo.py"))
 config = (

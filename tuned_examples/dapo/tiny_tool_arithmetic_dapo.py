@@ -20,7 +20,7 @@ tool's tokens too), and three turns at most.
 from pathlib import Path
 
 from dapo_rllib.cli.train import load_config_file, run_example
-from dapo_rllib.tiny_model import ensure_tiny_model
+from dapo_rllib.models.tiny import ensure_tiny_model
 
 math_config, _, _ = load_config_file(Path(__file__).with_name("tiny_arithmetic_dapo.py"))
 config = (

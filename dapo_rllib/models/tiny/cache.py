@@ -1,0 +1,43 @@
+"""Where the tiny models live: one directory per recipe version (and seed) in a cache, built on first use."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dapo_rllib.models.tiny.build import build_tiny_model
+from dapo_rllib.models.tiny.recipes import recipe_for
+
+#: The environment variable that holds the seed of default builds (0 when unset).
+SEED_ENV = "DAPO_RLLIB_TINY_SEED"
+
+
+def default_cache_dir() -> Path:
+    """Where built models live: $DAPO_RLLIB_CACHE, else ~/.cache/dapo_rllib."""
+    return Path(os.environ.get("DAPO_RLLIB_CACHE", Path.home() / ".cache" / "dapo_rllib"))
+
+
+def default_seed() -> int:
+    """The seed of default builds: $DAPO_RLLIB_TINY_SEED, else 0."""
+    value = os.environ.get(SEED_ENV, "0")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"${SEED_ENV}={value!r} is not an integer seed") from None
+
+
+def default_tiny_model_path(task: str = "arithmetic", seed: int | None = None) -> Path:
+    """`<cache>/<version>` for seed 0, `<cache>/<version>-seed<N>` for another."""
+    seed = default_seed() if seed is None else seed
+    return default_cache_dir() / (recipe_for(task).version + (f"-seed{seed}" if seed else ""))
+
+
+def ensure_tiny_model(path: str | os.PathLike | None = None, *, task: str = "arithmetic", **build_kwargs) -> Path:
+    """Return the directory of the tiny model for `task`, building it first if it is not there yet.
+
+    Without `path`: the default build of `seed` (build_kwargs; default $DAPO_RLLIB_TINY_SEED or 0)."""
+    build_kwargs.setdefault("seed", default_seed())
+    path = Path(path) if path is not None else default_tiny_model_path(task, build_kwargs["seed"])
+    if not (path / "config.json").exists():
+        build_tiny_model(path, task=task, **build_kwargs)
+    return path
