@@ -378,6 +378,7 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated(tiny_model_path):
 
 def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path, monkeypatch, capsys):
     """`rllib evaluate` puts the runner's count in its JSON and prints it (no vLLM: a stand-in runner)."""
+    import dapo_rllib.cli.evaluate as cli_evaluate
     import dapo_rllib.rollout.env_runner as env_runner
     from dapo_rllib.cli.evaluate import evaluate
     from dapo_rllib.contracts import EvalRecord
@@ -415,7 +416,7 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
         def stop(self):
             pass
 
-    monkeypatch.setattr(env_runner, "VLLMEnvRunner", PromptOnlyRunner)
+    monkeypatch.setattr(cli_evaluate, "VLLMEnvRunner", PromptOnlyRunner)
     data = _write_lines(
         tmp_path / "eval.jsonl", [_row(), _row(prompt=[{"role": USER, "content": "1 + " * 40 + "1 = ?"}])]
     )
