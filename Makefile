@@ -1,6 +1,6 @@
 # One entry point for setup, the main job, the tests and the benchmark.
 #   make train   - set up, build the tiny model if missing, train + evaluate the tiny DAPO example
-#   make test    - set up, run the test suite
+#   make test    - set up, build the test suite's tiny models if missing (a line each), run the test suite
 #   make bench   - set up, run every benchmark in bench/ (step timing, scoring, scale, transport, TRL)
 #   make bench-smoke - every benchmark in its smoke mode (one short run each; CI runs it)
 #   make ablation - the DAPO paper's ablation, small (6 stages x 3 seeds, under an hour on 2 cores)
@@ -30,7 +30,9 @@ $(VENV)/.installed: pyproject.toml
 train: setup
 	$(PY) tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune
 
+# The test recipes' models (tests/conftest.py picks them) first, so that a fresh cache shows its builds.
 test: setup
+	DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny arithmetic code tool_arithmetic
 	$(PY) -m pytest -q tests
 
 lint: setup

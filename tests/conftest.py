@@ -3,14 +3,22 @@
 A failing test that used a tiny model reports which one (a "tiny model" section, repeated at the
 end of the run): the fingerprint and held-out accuracy from its build record, and whether it is
 the build the tests were checked with (`dapo_rllib.models.tiny.REFERENCE_BUILDS`).
+
+The tiny models are those of the test recipes (`dapo_rllib.models.tiny.TEST_RECIPES`: shorter warm starts,
+built in a fraction of the time): $DAPO_RLLIB_TINY_RECIPES=test, set here for the test run, its Ray workers
+and the `rllib` commands it starts. `DAPO_RLLIB_TINY_RECIPES=full` runs the suite on the tuned examples' models.
 """
 
 import logging
+import os
 
 import pytest
 
 import dapo_rllib  # noqa: F401  (sets vLLM's environment defaults before any test imports vLLM)
 from dapo_rllib.console import LOGGER_NAME
+from dapo_rllib.models.tiny import RECIPE_SET_ENV
+
+os.environ.setdefault(RECIPE_SET_ENV, "test")
 
 # Tiny model fixture name -> (a line on the model it returned, whether that is the reference build).
 _TINY_MODELS = pytest.StashKey[dict]()

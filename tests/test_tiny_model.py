@@ -10,14 +10,17 @@ from safetensors.torch import save_file
 
 from dapo_rllib.models.tiny import (
     BUILD_RECORD,
+    RECIPE_SET_ENV,
     RECIPES,
     REFERENCE_BUILDS,
     SEED_ENV,
+    TEST_RECIPES,
     build_environment,
     default_tiny_model_path,
     describe_build,
     is_reference_build,
     read_build_record,
+    recipe_for,
     weights_fingerprint,
 )
 from dapo_rllib.models.tiny import build as tiny_build
@@ -82,14 +85,35 @@ def test_a_build_is_described_against_the_reference_build_of_its_version(tmp_pat
 def test_another_seed_builds_into_a_directory_of_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("DAPO_RLLIB_CACHE", str(tmp_path))
     monkeypatch.delenv(SEED_ENV, raising=False)
-    arithmetic = RECIPES["arithmetic"].version
+    arithmetic = recipe_for("arithmetic").version
     assert default_tiny_model_path() == tmp_path / arithmetic
     monkeypatch.setenv(SEED_ENV, "1")
     assert default_tiny_model_path() == tmp_path / f"{arithmetic}-seed1"
-    assert default_tiny_model_path("code", seed=0) == tmp_path / RECIPES["code"].version
+    assert default_tiny_model_path("code", seed=0) == tmp_path / recipe_for("code").version
     monkeypatch.setenv(SEED_ENV, "one")
     with pytest.raises(ValueError, match=r"\$DAPO_RLLIB_TINY_SEED='one' is not an integer seed"):
         default_tiny_model_path()
+
+
+def test_the_test_recipes_are_shorter_warm_starts_of_their_own_versions(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAPO_RLLIB_CACHE", str(tmp_path))
+    monkeypatch.delenv(SEED_ENV, raising=False)
+    monkeypatch.delenv(RECIPE_SET_ENV, raising=False)  # unset: the full recipes, the tuned examples' models
+    assert {task: recipe_for(task) for task in RECIPES} == RECIPES
+    assert default_tiny_model_path("code") == tmp_path / "tiny-qwen2-code-v2"
+    monkeypatch.setenv(RECIPE_SET_ENV, "test")
+    assert default_tiny_model_path("code") == tmp_path / "tiny-qwen2-code-test-v1"
+    assert recipe_for("arithmetic") is RECIPES["arithmetic"]  # a task without a test recipe: its full one
+    for task, test in TEST_RECIPES.items():
+        full = RECIPES[task]
+        assert recipe_for(task) is test and test.version != full.version and "-test-" in test.version
+        assert test.sft_steps * test.batch_size < full.sft_steps * full.batch_size
+        assert len(test.test_problems()) == 32 < len(full.test_problems())
+        same = ("train_problems", "answer", "styles", "correct", "max_new_tokens", "chat_template", "tools")
+        assert [getattr(test, name) for name in same] == [getattr(full, name) for name in same]
+    monkeypatch.setenv(RECIPE_SET_ENV, "small")
+    with pytest.raises(ValueError, match=r"\$DAPO_RLLIB_TINY_RECIPES='small' is not a set of tiny-model recipes"):
+        recipe_for("arithmetic")
 
 
 def test_the_build_pins_its_threads_and_where_the_cpu_has_avx2_its_kernels(monkeypatch):
@@ -109,7 +133,7 @@ def test_the_session_models_build_record_is_of_its_weights(tiny_model_path):
     if built is None:
         pytest.skip(f"{tiny_model_path} has no {BUILD_RECORD} (not built by dapo_rllib.models.tiny)")
     assert weights_fingerprint(tiny_model_path) == built["fingerprint"]
-    assert built["task"] == "arithmetic" and built["version"] == RECIPES["arithmetic"].version
+    assert built["task"] == "arithmetic" and built["version"] == recipe_for("arithmetic").version
     held_out = built["held_out"]
     assert (held_out["problems"], held_out["samples"]) == (193, 4)  # the whole arithmetic test split
     assert 0.0 <= held_out["mixed@4"] <= 1.0 and 0.0 <= held_out["avg@4"] <= 1.0

@@ -3,12 +3,29 @@ tool model's warm start (its conversations are rendered as the env runner render
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from dapo_rllib.models.tiny import RECIPES, conversation_ids, python_call, tool_answer
 from dapo_rllib.tasks.data.tool_arithmetic import generate_tool_arithmetic_problems, parse_product_question
 from dapo_rllib.tasks.tools import HermesToolParser
 from envs.tool_math_env import ToolMathEnv
+
+
+def _python_value(code: str) -> int | None:
+    """What python prints for `code` when it is a sum or product of two integer literals ("347 * 58"), else
+    None (the model may write code python refuses, such as "810 + 01")."""
+    try:
+        expression = ast.parse(code.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    operands = (getattr(expression, "left", None), getattr(expression, "right", None))
+    if not isinstance(getattr(expression, "op", None), (ast.Add, ast.Mult)) or not all(
+        isinstance(x, ast.Constant) and type(x.value) is int for x in operands
+    ):
+        return None
+    return eval(compile(ast.Expression(expression), "<call>", "eval"))
 
 
 def test_the_products_are_split_and_the_same_on_every_call():
@@ -89,10 +106,17 @@ def test_tool_calls_run_in_the_real_loop(ray_session, tiny_tool_model_path):
             call = runner.tokenizer.decode(ep.get_actions(0))
             assert call.startswith("<tool_call>") and call.endswith("</tool_call>")  # stopped at the call's end
             (parsed,) = HermesToolParser().parse(call)
+            if len(ep) == 1:  # the tool's output (a traceback, say) ran past the episode's budget
+                assert ep.is_truncated
+                continue
+            # The end of the turn, then the tool's output in a user turn, then the next turn's start.
             after = runner.tokenizer.decode(ep.get_observations(1))
-            if parsed.error is None and parsed.name == "python":
-                # The end of the turn, then the tool's output in a user turn, then the next turn's start.
-                value = eval(parsed.arguments["code"], {"__builtins__": {}})  # the model's "a * b" or "a + b"
+            assert after.startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\n")
+            assert after.endswith("\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+            value = (
+                _python_value(parsed.arguments["code"]) if parsed.error is None and parsed.name == "python" else None
+            )
+            if value is not None:
                 assert after == (
                     f"<|im_end|>\n<|im_start|>user\n<tool_response>\n{value}\n\n</tool_response><|im_end|>\n"
                     "<|im_start|>assistant\n"

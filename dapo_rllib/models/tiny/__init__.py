@@ -36,7 +36,12 @@ the test suite was checked with (`REFERENCE_BUILDS`); tests/conftest.py prints t
 
 $DAPO_RLLIB_TINY_SEED (`SEED_ENV`, default 0) is the seed of the default builds: another seed
 builds another model the same recipe can produce, into `<version>-seed<N>`, to check that the
-test suite does not depend on the particular model built.
+test suite does not depend on the particular model built. $DAPO_RLLIB_TINY_RECIPES (`RECIPE_SET_ENV`)
+picks the recipes: "full" (the default) or "test" (`TEST_RECIPES`, shorter warm starts of their own
+versions, which the test suite builds).
+
+`python -m dapo_rllib.models.tiny [TASK ...]` builds the default models of these tasks (every task
+when none is named) that are not in the cache yet, a line for each.
 """
 
 from dapo_rllib.models.tiny.answers import (
@@ -52,7 +57,7 @@ from dapo_rllib.models.tiny.answers import (
 from dapo_rllib.models.tiny.build import build_environment, build_tiny_model
 from dapo_rllib.models.tiny.cache import SEED_ENV, default_cache_dir, default_tiny_model_path, ensure_tiny_model
 from dapo_rllib.models.tiny.random_model import build_random_model
-from dapo_rllib.models.tiny.recipes import RECIPES, WarmStartRecipe
+from dapo_rllib.models.tiny.recipes import RECIPE_SET_ENV, RECIPES, TEST_RECIPES, WarmStartRecipe, recipe_for
 from dapo_rllib.models.tiny.record import (
     BUILD_RECORD,
     REFERENCE_BUILDS,
@@ -69,9 +74,11 @@ __all__ = [
     "CHAT_TEMPLATE",
     "CODE_ANSWER_STYLES",
     "RECIPES",
+    "RECIPE_SET_ENV",
     "REFERENCE_BUILDS",
     "SEED_ENV",
     "SUMS_ANSWER_STYLES",
+    "TEST_RECIPES",
     "TOOL_CHAT_TEMPLATE",
     "WarmStartRecipe",
     "build_environment",
@@ -86,6 +93,7 @@ __all__ = [
     "is_reference_build",
     "python_call",
     "read_build_record",
+    "recipe_for",
     "repair_answer",
     "repair_feedback",
     "sums_answer",

@@ -11,9 +11,10 @@ environment's feedback).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dapo_rllib.models.tiny.answers import (
@@ -173,7 +174,35 @@ RECIPES: dict[str, WarmStartRecipe] = {
 }
 
 
+# The test suite's recipes for the tasks only a few of its tests run, whose full warm starts are the longest
+# builds: shorter warm starts, measured on 32 held-out problems, of their own versions (a test build never
+# takes the place of a tuned example's model). The tests hold for any model they build: the code model
+# needs only to load and generate, the tool model to call the tool (learnt long before the operands are).
+TEST_RECIPES: dict[str, WarmStartRecipe] = {
+    task: replace(RECIPES[task], version=version, sft_steps=steps, batch_size=16, test_problems=held_out)
+    for task, version, steps, held_out in (
+        ("code", "tiny-qwen2-code-test-v1", 150, lambda: generate_code_tasks("test", 32)),
+        (
+            "tool_arithmetic",
+            "tiny-qwen2-tool-arith-test-v1",
+            250,
+            lambda: generate_tool_arithmetic_problems("test", 32),
+        ),
+    )
+}
+#: The environment variable that picks the recipes of builds: "full" (unset: `RECIPES`, those of the tuned
+#: examples and the README's figures) or "test" (`TEST_RECIPES` where a task has one; tests/conftest.py sets it).
+RECIPE_SET_ENV = "DAPO_RLLIB_TINY_RECIPES"
+RECIPE_SETS = {"full": RECIPES, "test": RECIPES | TEST_RECIPES}
+
+
 def recipe_for(task: str) -> WarmStartRecipe:
+    """The recipe of `task` in the set $DAPO_RLLIB_TINY_RECIPES picks (`RECIPE_SET_ENV`)."""
+    name = os.environ.get(RECIPE_SET_ENV, "full")
+    if name not in RECIPE_SETS:
+        raise ValueError(
+            f"${RECIPE_SET_ENV}={name!r} is not a set of tiny-model recipes; expected one of {sorted(RECIPE_SETS)}"
+        )
     if task not in RECIPES:
         raise ValueError(f"no tiny model for task {task!r}; expected one of {sorted(RECIPES)}")
-    return RECIPES[task]
+    return RECIPE_SETS[name][task]

@@ -71,6 +71,15 @@ REFERENCE_BUILDS: dict[str, dict[str, Any]] = {
         "fingerprint": "c36dd732afa696b8c43b6ce98a0e825fdd9ed9677744ed40aa9981e21e4d9d2a",
         "held_out": {"samples": 4, "avg@4": 0.3987, "mixed@4": 0.85},
     },
+    # The test recipes' (`TEST_RECIPES`), on 32 held-out problems.
+    "tiny-qwen2-code-test-v1": {
+        "fingerprint": "0a3c569aa5526f01e2e755cace2be4c06c8cb1b5f65537857db2ea6d3231bc78",
+        "held_out": {"samples": 4, "avg@4": 0.0, "mixed@4": 0.0},
+    },
+    "tiny-qwen2-tool-arith-test-v1": {
+        "fingerprint": "a448f7de8bc86b79f49d14fdfb844f900e1bb67e96853e47ee3906dcabf4a8c5",
+        "held_out": {"samples": 4, "avg@4": 0.0, "mixed@4": 0.0},
+    },
 }
 
 
