@@ -381,8 +381,8 @@ def build_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -
     if not isinstance(env, ProblemEnv):
         raise TypeError(
             f"environment {env_spec!r} built a {type(env).__name__}; VLLMEnvRunner needs a "
-            "dapo_rllib.tasks.problem_env.ProblemEnv subclass (it draws problems and scores completions: see the README's "
-            "'Your own task type')"
+            "dapo_rllib.tasks.problem_env.ProblemEnv subclass (it draws problems and scores completions: see the docs' "
+            "guide 'Your own task type', docs/guides/task-type.md)"
         )
     return env
 
