@@ -33,6 +33,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.utils.annotations import override
 
 from dapo_rllib.algorithm.learner import DAPOTorchLearner
+from dapo_rllib.deepspeed_private import skip_shared_memory_comm_build
 from dapo_rllib.ray_private import learner_results, subcomponents, wants_component
 from dapo_rllib.settings import NOT_FLAT, FeatureSettings, require
 
@@ -152,6 +153,7 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
 
+        skip_shared_memory_comm_build()
         init_single_process_group()
         # Each learner sees one device (RLlib's learner actors do not share GPUs): local rank 0.
         os.environ.setdefault("LOCAL_RANK", "0")
