@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from dapo_rllib.env_vars import NO_REGISTRATION_ENV
 from dapo_rllib.tasks.sandbox import BWRAP_ENV, REPORT_FD, Sandbox, SandboxLimits
 
 LIMITS = SandboxLimits(timeout_s=3.0, memory_mb=256, file_size_mb=8, output_bytes=1 << 20)
 # Start-up and clean-up on a busy machine, on top of the timeout.
 MARGIN_S = 2.0
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SANDBOX_MODULE = PROJECT_ROOT / "dapo_rllib" / "sandbox.py"
 
 
 @pytest.fixture(scope="module")
@@ -397,15 +397,14 @@ def test_daemon_in_a_new_session_dies_with_the_run(sandbox, record):
 # The process running the sandbox (an env runner) dies mid-run. This script stands in for
 # its parent: a subreaper, so that what the dead process leaves is reaped here.
 _DYING_RUNNER = """
-import ctypes, importlib.util, os, signal, sys, time
+import ctypes, os, signal, sys, time
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-module_path, tag, program = sys.argv[1:]
+tag, program = sys.argv[1:]
 runner = os.fork()
 if runner == 0:
-    spec = importlib.util.spec_from_file_location("sandbox", module_path)
-    sandbox = sys.modules["sandbox"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sandbox)
-    sandbox.Sandbox(sandbox.SandboxLimits(timeout_s=60)).run(program)
+    from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits
+
+    Sandbox(SandboxLimits(timeout_s=60)).run(program)
     os._exit(0)
 
 def running():
@@ -435,7 +434,8 @@ while True:  # the runner and its orphans (bwrap); hangs if the sandbox does not
 def test_run_ends_when_the_process_running_the_sandbox_dies(record):
     tag, program = tagged("while True:\n    pass\n")
     completed = subprocess.run(
-        [sys.executable, "-c", _DYING_RUNNER, str(SANDBOX_MODULE), tag, program],
+        [sys.executable, "-c", _DYING_RUNNER, tag, program],
+        env=dict(os.environ, **{NO_REGISTRATION_ENV: "1"}),
         capture_output=True,
         text=True,
         timeout=60,
