@@ -22,8 +22,11 @@ os.environ.setdefault(RECIPE_SET_ENV, "test")
 
 # Tiny model fixture name -> (a line on the model it returned, whether that is the reference build).
 _TINY_MODELS = pytest.StashKey[dict]()
-# Those fixture names that a failing test used.
-_FAILED_WITH = pytest.StashKey[set]()
+# The same, for the fixtures that a failing test used (gathered from the reports, so from pytest-xdist's
+# workers too).
+_FAILED_WITH = pytest.StashKey[dict]()
+# A failing test's report carries the tiny models it used as user properties under this key.
+_TINY_MODEL_PROPERTY = "tiny model"
 
 
 @pytest.fixture
@@ -99,19 +102,37 @@ def pytest_runtest_makereport(item, call):
     models = item.config.stash.get(_TINY_MODELS, {})
     used = [name for name in models if name in item.fixturenames]
     if used:
-        item.config.stash.setdefault(_FAILED_WITH, set()).update(used)
         report.sections.append(("tiny model", "\n".join(f"{name}: {models[name][0]}" for name in used)))
+        report.user_properties.extend((_TINY_MODEL_PROPERTY, (name, *models[name])) for name in used)
+
+
+class _TinyModelsOfFailures:
+    """Gathers the tiny models of the failed tests from their reports, in the process that prints the summary
+    (pytest-xdist's controller, or the only one)."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            failed_with = self.config.stash.setdefault(_FAILED_WITH, {})
+            for key, (name, described, is_reference) in report.user_properties:
+                if key == _TINY_MODEL_PROPERTY:
+                    failed_with[name] = (described, is_reference)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_TinyModelsOfFailures(config))
 
 
 def _write_tiny_models(terminalreporter, config) -> None:
-    failed_with = config.stash.get(_FAILED_WITH, set())
+    failed_with = config.stash.get(_FAILED_WITH, {})
     if not failed_with:
         return
-    models = config.stash[_TINY_MODELS]
     terminalreporter.write_sep("=", "tiny models of the failed tests")
-    for name in sorted(failed_with):
-        terminalreporter.write_line(f"{name}: {models[name][0]}")
-    if any(models[name][1] is False for name in failed_with):
+    for name, (described, _) in sorted(failed_with.items()):
+        terminalreporter.write_line(f"{name}: {described}")
+    if any(is_reference is False for _, is_reference in failed_with.values()):
         terminalreporter.write_line(
             "The tests should hold for any model the build produces: a failure with a model other than the "
             "reference build may be a test that depends on its model; please report it with the lines above."
@@ -149,6 +170,22 @@ _CONTAINMENT_REPORT = pytest.StashKey[dict]()
 def containment_report(request):
     """{"isolation": the sandbox's isolation dict, "rows": [(attack, outcome, seconds)]}."""
     return request.config.stash.setdefault(_CONTAINMENT_REPORT, {"isolation": {}, "rows": []})
+
+
+def pytest_sessionfinish(session):
+    """A pytest-xdist worker hands its rows of the containment report to the controller."""
+    if hasattr(session.config, "workeroutput") and _CONTAINMENT_REPORT in session.config.stash:
+        session.config.workeroutput["containment_report"] = session.config.stash[_CONTAINMENT_REPORT]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller merges each worker's rows of the containment report."""
+    worker_report = getattr(node, "workeroutput", {}).get("containment_report")
+    if worker_report:
+        report = node.config.stash.setdefault(_CONTAINMENT_REPORT, {"isolation": {}, "rows": []})
+        report["isolation"].update(worker_report["isolation"])
+        report["rows"].extend(map(tuple, worker_report["rows"]))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -228,14 +228,15 @@ def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
     assert sorted(p.name for p in run_dir.glob("checkpoint_*")) == ["checkpoint_000001", "checkpoint_000002"]
 
 
-# A config file per registered algorithm: its config class, the tiny task, one small step.
+# A config file for a registered algorithm besides DAPO: its config class, the tiny task, one small step
+# (tests/test_family_training.py trains each of them in process).
 FAMILY_CONFIG_FILE = """
 import dapo_rllib  # noqa: F401
-from dapo_rllib.algorithm.family import {config_class}
+from dapo_rllib.algorithm.family import GSPOConfig
 
 config = (
-    {config_class}()
-    .environment("dapo_math", env_config={{"dataset": "arithmetic", "split": "train"}})
+    GSPOConfig()
+    .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
     .evaluation(val_before_train=False)
     .env_runners(num_env_runners=0)
     .training(
@@ -251,55 +252,42 @@ config = (
 """
 
 
-FAMILY = ["GRPO", "DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCE++"]
-
-
 @pytest.fixture(scope="module")
-def family_runs(tiny_model_path, tmp_path_factory):
-    """`rllib train file <a file with the algorithm's config> --no-tune` for one iteration, a
-    checkpoint after it, for each registered algorithm besides DAPO (whose run is `dapo_run`)."""
-    from dapo_rllib.algorithm.family import ALGORITHMS
-
-    runs = {}
-    for name in FAMILY:
-        work = tmp_path_factory.mktemp("family")
-        config_file = work / "family.py"
-        config_file.write_text(FAMILY_CONFIG_FILE.format(config_class=ALGORITHMS[name].config_class.__name__))
-        out = run_ok(
-            "train", "file", config_file, "--no-tune", "--stop", '{"training_iteration": 1}', "--checkpoint-freq",
-            "1", "--name", "family", "--num-cpus", "2", cwd=work,
-        )  # fmt: skip
-        runs[name] = dict(out=out, config_file=config_file, checkpoint=work / "runs" / "family" / "checkpoint_000001")
-    return runs
+def gspo_run(tiny_model_path, tmp_path_factory):
+    """`rllib train file <a file with GSPO's config> --no-tune` for one iteration, a checkpoint after it."""
+    work = tmp_path_factory.mktemp("gspo")
+    config_file = work / "gspo.py"
+    config_file.write_text(FAMILY_CONFIG_FILE)
+    out = run_ok(
+        "train", "file", config_file, "--no-tune", "--stop", '{"training_iteration": 1}', "--checkpoint-freq",
+        "1", "--name", "gspo", "--num-cpus", "2", cwd=work,
+    )  # fmt: skip
+    return dict(out=out, config_file=config_file, checkpoint=work / "runs" / "gspo" / "checkpoint_000001")
 
 
-@pytest.mark.parametrize("name", FAMILY)
-def test_each_registered_algorithm_trains_through_rllib_train_file_and_names_its_checkpoint(
-    family_runs, dapo_run, tmp_path, name
-):
+def test_a_registered_algorithm_trains_through_rllib_train_file_and_names_its_checkpoint(gspo_run, dapo_run, tmp_path):
     from dapo_rllib.algorithm.checkpoints import checkpoint_algorithm
-    from dapo_rllib.algorithm.family import ALGORITHMS
+    from dapo_rllib.algorithm.family import GSPO
 
-    run = family_runs[name]
-    assert f"building {name} ..." in run["out"] and "iter   1 | acc" in run["out"]
-    assert checkpoint_algorithm(run["checkpoint"]) is ALGORITHMS[name]
+    assert "building GSPO ..." in gspo_run["out"] and "iter   1 | acc" in gspo_run["out"]
+    assert checkpoint_algorithm(gspo_run["checkpoint"]) is GSPO
     # The checkpoint resumes as its own algorithm only: into a DAPO run it is refused, and the reverse.
     code, out = rllib(
-        "train", "file", TINY, "--no-tune", "--restore", run["checkpoint"], "--stop", '{"training_iteration": 2}',
+        "train", "file", TINY, "--no-tune", "--restore", gspo_run["checkpoint"], "--stop", '{"training_iteration": 2}',
         "--num-cpus", "2", cwd=tmp_path,
     )  # fmt: skip
-    assert code != 0 and f"is a checkpoint of {name}" in out and "cannot be restored as DAPO" in out, out[-3000:]
+    assert code != 0 and "is a checkpoint of GSPO" in out and "cannot be restored as DAPO" in out, out[-3000:]
     code, out = rllib(
-        "train", "file", run["config_file"], "--no-tune", "--restore", dapo_run["run_dir"] / "checkpoint_000001",
+        "train", "file", gspo_run["config_file"], "--no-tune", "--restore", dapo_run["run_dir"] / "checkpoint_000001",
         "--stop", '{"training_iteration": 2}', "--num-cpus", "2", cwd=tmp_path,
     )  # fmt: skip
-    assert code != 0 and "is a checkpoint of DAPO" in out and f"cannot be restored as {name}" in out, out[-3000:]
+    assert code != 0 and "is a checkpoint of DAPO" in out and "cannot be restored as GSPO" in out, out[-3000:]
 
 
-def test_evaluate_takes_a_checkpoint_of_another_registered_algorithm(family_runs, tmp_path):
+def test_evaluate_takes_a_checkpoint_of_another_registered_algorithm(gspo_run, tmp_path):
     results = tmp_path / "results.json"
     out = run_ok(
-        "evaluate", family_runs["GSPO"]["checkpoint"], "--data", "arithmetic", "--num-samples", "2",
+        "evaluate", gspo_run["checkpoint"], "--data", "arithmetic", "--num-samples", "2",
         "--max-problems", "4", "--out", results, cwd=tmp_path,
     )  # fmt: skip
     assert "avg@2" in out

@@ -117,6 +117,7 @@ def test_an_env_without_the_task_api_is_refused_by_name():
     from gymnasium.envs.classic_control import CartPoleEnv
 
     with pytest.raises(
-        TypeError, match=r"built a CartPoleEnv; VLLMEnvRunner needs a dapo_rllib\.tasks\.problem_env\.ProblemEnv subclass"
+        TypeError,
+        match=r"built a CartPoleEnv; VLLMEnvRunner needs a dapo_rllib\.tasks\.problem_env\.ProblemEnv subclass",
     ):
         build_env(CartPoleEnv, {}, worker_index=1, num_workers=1)
