@@ -32,11 +32,11 @@ train: setup
 
 # The test recipes' models (tests/conftest.py picks them) first, so that a fresh cache shows its builds.
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time: the files' shared
-# fixtures (one training run serving many assertions) stay in one process.
+# fixtures (one training run serving many assertions) stay in one process. The ten slowest tests are listed.
 TEST_WORKERS ?= 2
 test: setup
 	DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny arithmetic code tool_arithmetic
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 tests
 
 lint: setup
 	$(VENV)/bin/ruff check .
