@@ -31,12 +31,15 @@ train: setup
 	$(PY) tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune
 
 # The test recipes' models (tests/conftest.py picks them) first, so that a fresh cache shows its builds.
-# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time: the files' shared
-# fixtures (one training run serving many assertions) stay in one process. The ten slowest tests are listed.
+# Then the suite in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's
+# shared fixtures (one training run serving many assertions) stay in one process; the files marked
+# `exclusive` (several learners or Ray nodes: too much memory beside another file) after them, alone.
+# Each part lists its ten slowest tests.
 TEST_WORKERS ?= 2
 test: setup
 	DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny arithmetic code tool_arithmetic
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 -m "not exclusive" tests
+	$(PY) -m pytest -q --durations=10 -m exclusive tests
 
 lint: setup
 	$(VENV)/bin/ruff check .
