@@ -84,7 +84,7 @@ def settings_defaults_markdown() -> str:
     rows = []
     for settings, method in [(s, "training") for s in TRAINING_SETTINGS] + [(EvaluationSettings, "evaluation")]:
         rows += [
-            f"| `{name}` | `{shown(getattr(dapo, name))}` | `.{method}()` | [`{settings.__name__}`](#{settings.__name__.lower()}) |"
+            f"| `{name}` | `{shown(getattr(dapo, name))}` | `.{method}()` | [`{settings.__name__}`](#{settings.__module__}.{settings.__qualname__}) |"
             for name in settings.defaults()
         ]
     rows += [
