@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_family_training import ONE_STEP
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_dapo.py"
@@ -236,18 +237,10 @@ from dapo_rllib.algorithm.family import GSPOConfig
 
 config = (
     GSPOConfig()
-    .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
+    .environment("dapo_math", env_config={{"dataset": "arithmetic", "split": "train"}})
     .evaluation(val_before_train=False)
     .env_runners(num_env_runners=0)
-    .training(
-        group_size=4,
-        train_batch_size_prompts=4,
-        gen_batch_size_prompts=4,
-        minibatch_size_prompts=2,
-        max_prompt_length=128,
-        max_response_length=16,
-        lr_warmup_steps=0,
-    )
+    .training(**{one_step!r})
 )
 """
 
@@ -257,7 +250,7 @@ def gspo_run(tiny_model_path, tmp_path_factory):
     """`rllib train file <a file with GSPO's config> --no-tune` for one iteration, a checkpoint after it."""
     work = tmp_path_factory.mktemp("gspo")
     config_file = work / "gspo.py"
-    config_file.write_text(FAMILY_CONFIG_FILE)
+    config_file.write_text(FAMILY_CONFIG_FILE.format(one_step=ONE_STEP))
     out = run_ok(
         "train", "file", config_file, "--no-tune", "--stop", '{"training_iteration": 1}', "--checkpoint-freq",
         "1", "--name", "gspo", "--num-cpus", "2", cwd=work,

@@ -16,6 +16,16 @@ from dapo_rllib.algorithm.dapo import DAPO
 from dapo_rllib.algorithm.family import ALGORITHMS
 
 FAMILY = ["GRPO", "DrGRPO", "GSPO", "CISPO", "RLOO", "REINFORCE++"]
+# One small step on the tiny task (tests/test_cli.py trains GSPO with it through the rllib command).
+ONE_STEP = dict(
+    group_size=4,
+    train_batch_size_prompts=4,
+    gen_batch_size_prompts=4,
+    minibatch_size_prompts=2,
+    max_prompt_length=128,
+    max_response_length=16,
+    lr_warmup_steps=0,
+)
 
 
 def one_step_config(name: str, model_path: str):
@@ -26,16 +36,7 @@ def one_step_config(name: str, model_path: str):
         .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
         .evaluation(val_before_train=False)
         .env_runners(num_env_runners=1)
-        .training(
-            model_path=model_path,
-            group_size=4,
-            train_batch_size_prompts=4,
-            gen_batch_size_prompts=4,
-            minibatch_size_prompts=2,
-            max_prompt_length=128,
-            max_response_length=16,
-            lr_warmup_steps=0,
-        )
+        .training(model_path=model_path, **ONE_STEP)
     )
 
 
