@@ -20,6 +20,7 @@ SWEEP = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_sweep.py"
 CODE = ROOT / "tuned_examples" / "dapo" / "tiny_code_dapo.py"
 TOOL = ROOT / "tuned_examples" / "dapo" / "tiny_tool_arithmetic_dapo.py"
 PPO = ROOT / "tests" / "configs" / "ppo_cartpole.py"
+WITHOUT_CONFIG = ROOT / "tests" / "configs" / "without_config.py"
 RLLIB = [str(Path(sys.executable).with_name("rllib"))]
 # Small, fast evaluation for the tests: 16 held-out problems, 2 samples each.
 FAST_EVAL = {"eval_max_problems": 16, "eval_num_samples": 2}
@@ -198,7 +199,7 @@ def test_a_storage_uri_receives_checkpoints_and_the_trial_table_and_resumes(tmp_
     "args, message",
     [
         (["train", "file", "nowhere.py"], "config file 'nowhere.py' does not exist"),
-        (["train", "file", __file__], "must define an AlgorithmConfig named `config`"),
+        (["train", "file", str(WITHOUT_CONFIG)], "must define an AlgorithmConfig named `config`"),
         (["train", "file", str(PPO), "--config", '{"lrr": 1}'], "unknown settings ['lrr']"),
         (["train", "file", str(PPO), "--stop", "[1]"], "expected a JSON object"),
         (
