@@ -99,6 +99,13 @@ PRIVATE_MEMBERS = (
         "dapo_rllib.library_logs filters those two by this logger's name and that message.",
     ),
     PrivateMember(
+        "vllm.multimodal.media.audio",
+        "_torchcodec_import_exc",
+        "keeps the ImportError of torchcodec (absent: the CPU install removes it) with its traceback, and so "
+        "every frame of the import that first loaded the module: inside `LLM(...)` that is the env runner "
+        "being built, which then lives on with its engine. The traceback is dropped; vLLM reads only the error.",
+    ),
+    PrivateMember(
         "vllm.config.lora",
         "MaxLoRARanks",
         "lists the max_lora_rank values an engine accepts; dapo_rllib.models.lora.VLLM_MAX_LORA_RANKS repeats "
@@ -150,6 +157,14 @@ def share_processed_weight(alias, owner) -> None:
 
 
 # ----- on the engine (`vllm.LLM`) -----------------------------------------------------------------
+
+
+def drop_import_error_frames() -> None:
+    """Let go of the frames vLLM's kept torchcodec ImportError holds (see PRIVATE_MEMBERS)."""
+    from vllm.multimodal.media import audio
+
+    if audio._torchcodec_import_exc is not None:
+        audio._torchcodec_import_exc.__traceback__ = None
 
 
 def add_adapter(llm, request) -> None:

@@ -433,6 +433,7 @@ def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_pat
     from vllm import LLM, SamplingParams
 
     from dapo_rllib.algorithm.checkpoints import policy_module_path
+    from dapo_rllib.rollout.vllm_engine import release_startup_objects
 
     out_dir = tmp_path / "hf"
     run_ok("export", dapo_run["run_dir"] / "checkpoint_000002", out_dir, cwd=tmp_path)
@@ -455,6 +456,7 @@ def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_pat
         gpu_memory_utilization=0.1,
         enable_chunked_prefill=False,
     )
+    release_startup_objects()  # vLLM froze this process's objects (the fixtures' too) at the engine's start
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 12 + 7?"}], add_generation_prompt=True, tokenize=False
     )

@@ -1,6 +1,9 @@
 """The rollout side through RLlib's loop: weights streamed in small buckets, the truncated
 importance correction, generation overlapped with the update, and a dead env runner."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import ray
@@ -9,6 +12,7 @@ from ray.rllib.algorithms.algorithm import Algorithm
 from dapo_rllib.columns import Metrics
 from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.reporting.progress import summary_line
+from dapo_rllib.rollout.env_runner import VLLMEnvRunner
 from tests.test_dapo_integration import CHECKED, engine_weights, learner_weights, tiny_config, unpadded
 
 # 100 kB buckets: the tiny model's embedding (303 x 128 floats) and MLP matrices do not fit one,
@@ -105,3 +109,16 @@ def test_a_killed_env_runner_stops_the_run_with_its_name(ray_session, tiny_model
 def test_async_rollout_needs_env_runner_actors(tiny_model_path):
     with pytest.raises(ValueError, match="async_rollout=True .* set num_env_runners >= 1"):
         tiny_config(tiny_model_path, async_rollout=True).env_runners(num_env_runners=0).validate()
+
+
+def test_a_stopped_in_process_env_runner_leaves_no_engine_behind(tiny_model_path):
+    # vLLM freezes the objects alive at its engine's start, the runner being built among them: without
+    # `release_startup_objects` the runner's reference cycle kept each stopped runner's engine (1 GiB of
+    # KV cache) for the life of the process.
+    runner = VLLMEnvRunner(config=tiny_config(tiny_model_path).env_runners(num_env_runners=0))
+    engine = weakref.ref(runner.llm)
+    runner.evaluate(num_samples=1, max_problems=2)
+    runner.stop()
+    del runner
+    gc.collect()
+    assert engine() is None
