@@ -99,6 +99,19 @@ PRIVATE_MEMBERS = (
         "dapo_rllib.library_logs filters those two by this logger's name and that message.",
     ),
     PrivateMember(
+        "vllm.v1.engine.llm_engine:LLMEngine",
+        "engine_core",
+        "is the client of the engine core: in process (DAPO's default), an `InprocClient`.",
+    ),
+    PrivateMember(
+        "vllm.v1.engine.core_client:InprocClient",
+        "_finalizer",
+        "shuts the engine core down when the client is collected, and that shutdown also tears down the "
+        "process's distributed state, which every engine in the process shares: collecting a stopped "
+        "in-process env runner's engine broke the engine built after it ('pipeline model parallel group is "
+        "not initialized'). It is detached: a collected engine frees its memory and leaves the shared state.",
+    ),
+    PrivateMember(
         "vllm.multimodal.media.audio",
         "_torchcodec_import_exc",
         "keeps the ImportError of torchcodec (absent: the CPU install removes it) with its traceback, and so "
@@ -157,6 +170,16 @@ def share_processed_weight(alias, owner) -> None:
 
 
 # ----- on the engine (`vllm.LLM`) -----------------------------------------------------------------
+
+
+def detach_shared_state_teardown(llm) -> None:
+    """Collecting the in-process engine `llm` will not tear down the process's distributed state (see
+    PRIVATE_MEMBERS); an engine in its own process (vLLM's multiprocessing client) is left as it is."""
+    from vllm.v1.engine.core_client import InprocClient
+
+    client = llm.llm_engine.engine_core
+    if isinstance(client, InprocClient):
+        client._finalizer.detach()
 
 
 def drop_import_error_frames() -> None:

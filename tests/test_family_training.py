@@ -1,8 +1,9 @@
-"""Each registered algorithm besides DAPO trains one iteration through RLlib's loop (a vLLM env runner,
+"""Each registered algorithm besides DAPO trains one iteration through RLlib's loop (the vLLM env runner,
 the learner, weight sync) and writes a checkpoint that names it and restores as no other algorithm.
 
-The runs share this process's Ray session; `tests/test_cli.py` runs one of them (GSPO) through the
-`rllib` command, and DAPO's own runs are in `tests/test_dapo_integration.py`.
+The runs share this process's Ray session, their env runner and learner in this process, one algorithm after
+another (each engine is freed when its algorithm stops). `tests/test_cli.py` runs one of them (GSPO) through
+the `rllib` command, and DAPO's own runs are in `tests/test_dapo_integration.py`.
 """
 
 import math
@@ -35,7 +36,7 @@ def one_step_config(name: str, model_path: str):
         .config_class()
         .environment("dapo_math", env_config={"dataset": "arithmetic", "split": "train"})
         .evaluation(val_before_train=False)
-        .env_runners(num_env_runners=1)
+        .env_runners(num_env_runners=0)
         .training(model_path=model_path, **ONE_STEP)
     )
 

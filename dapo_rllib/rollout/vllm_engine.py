@@ -27,6 +27,7 @@ from dapo_rllib.rollout.weight_sync import BucketAssembler
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
 from dapo_rllib.vllm_private import (
     begin_layerwise_reload,
+    detach_shared_state_teardown,
     drop_import_error_frames,
     finish_layerwise_reload,
     load_into_model,
@@ -103,18 +104,18 @@ def build_vllm_engine(config, seed: int):
     with known_native_lines_dropped():
         llm = LLM(**kwargs)
     release_startup_objects()
+    detach_shared_state_teardown(llm)
     return llm
 
 
 def release_startup_objects() -> None:
-    """Hand the objects alive when the engine started back to the garbage collector.
+    """Hand the objects alive when an engine started back to the garbage collector.
 
     vLLM's engine core freezes every object alive at its start (`gc.freeze`, for shorter collections
-    while serving) and unfreezes them only in a shutdown that also tears down the process's
-    distributed state. Frozen objects are never collected: the env runner being built is one, and the
-    reference cycle through its turn loops (their `generate` calls back into it) then outlived the
-    runner with its engine's KV cache, 1 GiB per in-process runner on CPU. vLLM's kept import error
-    holds the frames of that start too (`drop_import_error_frames`).
+    while serving) and unfreezes them only in its shutdown. Frozen objects are never collected: the env
+    runner being built is one, and the reference cycle through its turn loops (their `generate` calls
+    back into it) then outlived the runner with its engine's KV cache, 1 GiB per in-process runner on
+    CPU. vLLM's kept import error holds the frames of that start too (`drop_import_error_frames`).
     """
     gc.unfreeze()
     drop_import_error_frames()
