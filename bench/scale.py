@@ -58,6 +58,7 @@ from dapo_rllib.algorithm.micro_batching import plan_micro_batches
 from dapo_rllib.columns import Metrics, tag
 from dapo_rllib.models.tiny import default_cache_dir
 from dapo_rllib.reporting.tensorboard import readable_scalars
+from dapo_rllib.rollout.vllm_engine import cpu_kv_cache_bytes
 
 
 @dataclass(frozen=True)
@@ -207,11 +208,8 @@ def weight_sync_peak_extra_gb(algo) -> tuple[float, float]:
 
 
 def kv_cache_gb(runner) -> float:
-    """The KV cache vLLM's CPU backend reserved in the env runner (VLLM_CPU_KVCACHE_SPACE GiB,
-    which `import dapo_rllib` defaults to 1)."""
-    import vllm.envs
-
-    return float(vllm.envs.VLLM_CPU_KVCACHE_SPACE or 0) * 2**30 / 1e9
+    """The KV cache of the env runner's vLLM engine on CPU (`cpu_kv_cache_bytes`)."""
+    return cpu_kv_cache_bytes(runner.config) / 1e9
 
 
 def config_for(workload: Workload, model_path: Path, async_rollout: bool = False) -> DAPOConfig:

@@ -19,11 +19,10 @@ install_console()
 
 __version__ = "0.1.0"
 
-# vLLM reads these when it is imported, and every process that starts an engine imports this
-# package first: the engine stays inside the env runner's process, and the CPU backend's KV cache
-# (GiB) fits next to the learner. Set them in the environment to override.
+# vLLM reads this when it is imported, and every process that starts an engine imports this package
+# first: the engine stays inside the env runner's process. Set it in the environment to override.
+# (A CPU engine's KV cache is sized to the model: dapo_rllib.rollout.vllm_engine.cpu_kv_cache_bytes.)
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 # A quiet console: vLLM at WARNING and two known-harmless vLLM warnings of every weight update
 # dropped (see dapo_rllib.library_logs for why they are harmless); $DAPO_RLLIB_LIBRARY_LOGS=1

@@ -613,3 +613,33 @@ def test_train_restore_refuses(ppo_checkpoint, tmp_path, restore, error, pattern
     )
     _raises(error, patterns, lambda: train(DAPOConfig(), options))
     assert not (tmp_path / "runs").exists()
+
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "file", "nowhere.py"], "config file 'nowhere.py' does not exist"),
+        (["train", "file", str(CONFIGS / "without_config.py")], "must define an AlgorithmConfig named `config`"),
+        (["train", "file", str(CONFIGS / "ppo_cartpole.py"), "--config", '{"lrr": 1}'], "unknown settings ['lrr']"),
+        (["train", "file", str(CONFIGS / "ppo_cartpole.py"), "--stop", "[1]"], "expected a JSON object"),
+        (
+            ["evaluate", "nowhere"],
+            "'nowhere' is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint",
+        ),
+        (["plot", "nowhere"], "run directory 'nowhere' does not exist"),
+    ],
+)
+def test_the_rllib_command_exits_2_with_a_clear_error(tmp_path, monkeypatch, capsys, args, message):
+    """`rllib ...` as its entry point runs it (tests/test_cli.py runs the command itself), in this process."""
+    from dapo_rllib.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(args)
+    except SystemExit as exit:  # argparse's own errors
+        code = exit.code
+    assert code == 2
+    assert message in capsys.readouterr().err

@@ -20,7 +20,6 @@ SWEEP = ROOT / "tuned_examples" / "dapo" / "tiny_arithmetic_sweep.py"
 CODE = ROOT / "tuned_examples" / "dapo" / "tiny_code_dapo.py"
 TOOL = ROOT / "tuned_examples" / "dapo" / "tiny_tool_arithmetic_dapo.py"
 PPO = ROOT / "tests" / "configs" / "ppo_cartpole.py"
-WITHOUT_CONFIG = ROOT / "tests" / "configs" / "without_config.py"
 RLLIB = [str(Path(sys.executable).with_name("rllib"))]
 # Small, fast evaluation for the tests: 16 held-out problems, 2 samples each.
 FAST_EVAL = {"eval_max_problems": 16, "eval_num_samples": 2}
@@ -193,26 +192,6 @@ def test_a_storage_uri_receives_checkpoints_and_the_trial_table_and_resumes(tmp_
         cwd=tmp_path,
     )
     assert "at iteration 1" in out and (store / "ppo2" / "checkpoint_000002").is_dir()
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["train", "file", "nowhere.py"], "config file 'nowhere.py' does not exist"),
-        (["train", "file", str(WITHOUT_CONFIG)], "must define an AlgorithmConfig named `config`"),
-        (["train", "file", str(PPO), "--config", '{"lrr": 1}'], "unknown settings ['lrr']"),
-        (["train", "file", str(PPO), "--stop", "[1]"], "expected a JSON object"),
-        (
-            ["evaluate", "nowhere"],
-            "'nowhere' is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint",
-        ),
-        (["plot", "nowhere"], "run directory 'nowhere' does not exist"),
-    ],
-)
-def test_bad_input_is_a_clear_error(tmp_path, args, message):
-    code, out = rllib(*args, cwd=tmp_path)
-    assert code == 2
-    assert message in out
 
 
 def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):

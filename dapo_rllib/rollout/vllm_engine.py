@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import time
 
 import numpy as np
@@ -35,6 +36,14 @@ from dapo_rllib.vllm_private import (
     share_processed_weight,
     worker_model,
 )
+
+#: vLLM's own setting of a CPU engine's KV cache (GiB); where it is set, it decides the size.
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+CPU_KV_CACHE_MAX_BYTES = 1 << 30
+#: Sequences a vLLM engine runs at once (its `max_num_seqs` default), and the tokens of a KV block, the most
+#: a sequence's last block can leave empty (vLLM's CPU backend uses blocks of 16 to 128 tokens).
+ENGINE_MAX_SEQUENCES = 256
+KV_BLOCK_TOKENS = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +107,7 @@ def build_vllm_engine(config, seed: int):
         # Per-request seeds (see `sampling_params`) crash vLLM's CPU backend when a prefill is
         # chunked ("CPU Generator does not use offset"): prefill prompts whole.
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(4096, kwargs["max_model_len"]))
+        kwargs.update(kv_cache_memory_bytes=cpu_kv_cache_bytes(config))
     if config.lora_sync_path == "adapter":
         kwargs.update(engine_lora_kwargs(config.lora_settings.rank))
     kwargs.update(config.vllm_engine_kwargs)
@@ -119,6 +129,30 @@ def release_startup_objects() -> None:
     """
     gc.unfreeze()
     drop_import_error_frames()
+
+
+def cpu_kv_cache_bytes(config) -> int:
+    """The KV cache of a CPU engine: $VLLM_CPU_KVCACHE_SPACE GiB where it is set (vLLM's own setting), else
+    room for `ENGINE_MAX_SEQUENCES` sequences of the config's longest (and a block each to spare), at most
+    `CPU_KV_CACHE_MAX_BYTES`.
+
+    vLLM's CPU backend would otherwise take a size whatever the model: 1 GiB held 1M tokens of the tiny
+    model, whose runs need ~40k; the cap holds ~45k tokens of a 135M-parameter model in bfloat16.
+    """
+    from transformers import AutoConfig
+
+    if os.environ.get(CPU_KV_CACHE_ENV):
+        return int(os.environ[CPU_KV_CACHE_ENV]) << 30
+    hf = AutoConfig.from_pretrained(config.policy_model_path)
+    heads = getattr(hf, "num_attention_heads", None)
+    kv_heads = getattr(hf, "num_key_value_heads", None) or heads
+    head_dim = getattr(hf, "head_dim", None) or (hf.hidden_size // heads if heads else None)
+    layers = getattr(hf, "num_hidden_layers", None)
+    if not (kv_heads and head_dim and layers):  # an architecture this rule cannot read: the cap
+        return CPU_KV_CACHE_MAX_BYTES
+    per_token = layers * 2 * kv_heads * head_dim * 4  # keys and values, float32 at most
+    tokens = ENGINE_MAX_SEQUENCES * (config.max_prompt_length + config.max_response_length + KV_BLOCK_TOKENS)
+    return min(CPU_KV_CACHE_MAX_BYTES, tokens * per_token)
 
 
 def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: int, stop: tuple[str, ...] = ()):
