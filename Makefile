@@ -34,9 +34,9 @@ train: setup
 # Then the suite in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's
 # shared fixtures (one training run serving many assertions) stay in one process; the files marked
 # `exclusive` (several learners or Ray nodes) after them, alone. Each part lists its ten slowest tests.
-# TEST_WORKERS=2 halves the suite's time on 2 cores but peaked at 23 of 24 GiB here, at the edge of
-# Ray's memory monitor (it kills at 95%): 1 is the default, 2 for a machine with 32 GiB or more.
-TEST_WORKERS ?= 1
+# Two workers on 2 cores: the suite's processes wait on each other (process starts, Ray, engines) often
+# enough that two files at once finish sooner. TEST_WORKERS=1 runs one file at a time.
+TEST_WORKERS ?= 2
 test: setup
 	DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny arithmetic code tool_arithmetic
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 -m "not exclusive" tests

@@ -102,7 +102,8 @@ def dapo_run(tiny_model_path, tmp_path_factory):
 @pytest.fixture(scope="module")
 def sweep_run(tiny_model_path, tmp_path_factory):
     """The sweep example through Ray Tune with its group_size grid pinned to 4 (a setting given on the
-    command line replaces a grid): 3 trials of 1 iteration over clip_eps_high, one at a time."""
+    command line replaces a grid): 3 trials of 1 iteration over clip_eps_high. Each trial runs its env runner
+    in the trial's process (num_env_runners=0), so that a trial asks for one CPU and two run at once."""
     work = tmp_path_factory.mktemp("sweep")
     out = run_ok(
         "train",
@@ -111,7 +112,7 @@ def sweep_run(tiny_model_path, tmp_path_factory):
         "--stop",
         '{"training_iteration": 1}',
         "--config",
-        json.dumps(FAST_EVAL | {"group_size": 4}),
+        json.dumps(FAST_EVAL | {"group_size": 4, "num_env_runners": 0}),
         "--name",
         "sweep",
         "--num-cpus",

