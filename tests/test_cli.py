@@ -219,7 +219,7 @@ from dapo_rllib.algorithm.family import GSPOConfig
 config = (
     GSPOConfig()
     .environment("dapo_math", env_config={{"dataset": "arithmetic", "split": "train"}})
-    .evaluation(val_before_train=False)
+    .evaluation(val_before_train=False, **{fast_eval!r})
     .env_runners(num_env_runners=0)
     .training(**{one_step!r})
 )
@@ -231,7 +231,7 @@ def gspo_run(tiny_model_path, tmp_path_factory):
     """`rllib train file <a file with GSPO's config> --no-tune` for one iteration, a checkpoint after it."""
     work = tmp_path_factory.mktemp("gspo")
     config_file = work / "gspo.py"
-    config_file.write_text(FAMILY_CONFIG_FILE.format(one_step=ONE_STEP))
+    config_file.write_text(FAMILY_CONFIG_FILE.format(one_step=ONE_STEP, fast_eval=FAST_EVAL))
     out = run_ok(
         "train", "file", config_file, "--no-tune", "--stop", '{"training_iteration": 1}', "--checkpoint-freq",
         "1", "--name", "gspo", "--num-cpus", "2", cwd=work,
@@ -446,7 +446,8 @@ def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_pat
 
 def test_the_tool_example_runs_as_a_tune_experiment_with_its_turn_metrics(tiny_tool_model_path, tmp_path):
     """Episodes of several turns with the python tool through Ray Tune: TensorBoard holds the turn, tool and
-    token metrics, validation reports tool use, and the plot is drawn."""
+    token metrics, validation reports tool use, and the plot is drawn. The env runner runs in the trial's
+    process (the code example's test has one of its own)."""
     out = run_ok(
         "train",
         "file",
@@ -454,7 +455,7 @@ def test_the_tool_example_runs_as_a_tune_experiment_with_its_turn_metrics(tiny_t
         "--stop",
         '{"training_iteration": 1}',
         "--config",
-        json.dumps(ONE_ROUND),
+        json.dumps(ONE_ROUND | {"num_env_runners": 0}),
         "--name",
         "tool",
         "--num-cpus",
