@@ -434,6 +434,7 @@ def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_pat
         max_model_len=160,
         enforce_eager=True,
         gpu_memory_utilization=0.1,
+        kv_cache_memory_bytes=64 << 20,  # on CPU, else 10% of the machine's memory less this process's
         enable_chunked_prefill=False,
     )
     release_startup_objects()  # vLLM froze this process's objects (the fixtures' too) at the engine's start
