@@ -32,14 +32,15 @@ train: setup
 
 # The test recipes' models (tests/conftest.py picks them) first, so that a fresh cache shows its builds.
 # Then the suite in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's
-# shared fixtures (one training run serving many assertions) stay in one process; the ten slowest tests
-# are listed. Two workers on 2 cores: the suite's processes wait on each other (process starts, Ray,
-# engines) often enough that two files at once finish sooner; memory peaked at 14.4 of 24 GiB here.
-# TEST_WORKERS=1 runs one file at a time (machines with less memory).
+# shared fixtures (one training run serving many assertions) stay in one process; the files marked
+# `exclusive` (several learners or Ray nodes) after them, alone. Each part lists its ten slowest tests.
+# Two workers on 2 cores: the suite's processes wait on each other (process starts, Ray, engines) often
+# enough that two files at once finish sooner. TEST_WORKERS=1 runs one file at a time.
 TEST_WORKERS ?= 2
 test: setup
 	DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny arithmetic code tool_arithmetic
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 -m "not exclusive" tests
+	$(PY) -m pytest -q --durations=10 -m exclusive tests
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -17,6 +17,8 @@ from test_dapo_integration import CHECKED, tiny_config, unpadded
 
 from dapo_rllib.columns import Metrics
 
+pytestmark = pytest.mark.exclusive  # see pyproject.toml
+
 ROLLOUT, LEARNER = "rollout_node", "learner_node"
 OBJECT_STORE_BYTES = 400 * 2**20
 
