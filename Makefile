@@ -30,17 +30,20 @@ $(VENV)/.installed: pyproject.toml
 train: setup
 	$(PY) tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune
 
-# The test recipes' models (tests/conftest.py picks them) first, so that a fresh cache shows its builds.
-# Then the suite in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's
-# shared fixtures (one training run serving many assertions) stay in one process; the files marked
-# `exclusive` (several learners or Ray nodes) after them, alone. Each part lists its ten slowest tests.
+# The suite's tiny models (the test recipes, as tests/conftest.py picks them) are built beside the suite, one
+# after another with a line each (on a fresh machine; they are cached in ~/.cache/dapo_rllib): the test files
+# that need no tiny model run first (tests/conftest.py orders the files by the models they need, in this
+# order), and a test that needs a model still being built waits for it (the build lock), never builds it twice.
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's shared
+# fixtures (one training run serving many assertions) stay in one process; the ten slowest tests are listed.
 # Two workers on 2 cores: the suite's processes wait on each other (process starts, Ray, engines) often
-# enough that two files at once finish sooner. TEST_WORKERS=1 runs one file at a time.
+# enough that two files at once finish sooner. TEST_WORKERS=1 runs one file at a time (less memory).
+TEST_MODELS := arithmetic code tool_arithmetic
 TEST_WORKERS ?= 2
 test: setup
-	DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny arithmetic code tool_arithmetic
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 -m "not exclusive" tests
-	$(PY) -m pytest -q --durations=10 -m exclusive tests
+	DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny $(TEST_MODELS) & builder=$$!; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 tests; tests=$$?; \
+	wait $$builder && exit $$tests
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -81,6 +81,25 @@ def tiny_tool_model_path(request):
     return _tiny_model(request, ensure_tiny_model(task="tool_arithmetic"))
 
 
+# The tiny-model fixtures in the order `make test` builds their models, beside the suite (the Makefile's
+# `TEST_MODELS`: arithmetic, code, tool_arithmetic).
+_BUILD_ORDER = ("tiny_model_path", "tiny_code_model_path", "tiny_tool_model_path")
+
+
+def pytest_collection_modifyitems(items):
+    """Order the files by the last model they need in `_BUILD_ORDER`: the files that need no tiny model
+    run first, while `make test` is still building the models, the tool model's last. A file's tests
+    keep their order (and a file stays whole: pytest-xdist's --dist loadfile)."""
+
+    def models_needed(item) -> int:
+        return max((rank for rank, name in enumerate(_BUILD_ORDER, 1) if name in item.fixturenames), default=0)
+
+    file_rank = {}
+    for item in items:
+        file_rank[item.path] = max(file_rank.get(item.path, 0), models_needed(item))
+    items.sort(key=lambda item: file_rank[item.path])  # stable: alphabetical within a rank
+
+
 def pytest_report_header(config):
     """The default tiny models in the cache (shown without -q)."""
     from dapo_rllib.models.tiny import default_tiny_model_path, describe_build

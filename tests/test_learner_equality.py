@@ -15,8 +15,6 @@ from learner_equality import LOSS_AGG_MODES, build_learner, data_parallel_worker
 
 from dapo_rllib.columns import Columns, Metrics
 
-pytestmark = pytest.mark.exclusive  # see pyproject.toml
-
 # One Adam step moves a weight by lr * g / (|g| + eps) (lr = 1e-3): about lr, whatever the size
 # of g. Where g is at the level of float noise (k_proj's bias gets a zero gradient in exact
 # arithmetic: softmax ignores a constant added to every key), its sign and so the step are

@@ -8,6 +8,8 @@ and trains, the engine ends up with the learner's weights, a checkpoint restores
 algorithm on the same two nodes, and that algorithm's next step is the uninterrupted run's.
 """
 
+import tempfile
+
 import numpy as np
 import pytest
 import ray
@@ -16,8 +18,6 @@ from ray.rllib.algorithms.algorithm import Algorithm
 from test_dapo_integration import CHECKED, tiny_config, unpadded
 
 from dapo_rllib.columns import Metrics
-
-pytestmark = pytest.mark.exclusive  # see pyproject.toml
 
 ROLLOUT, LEARNER = "rollout_node", "learner_node"
 OBJECT_STORE_BYTES = 400 * 2**20
@@ -29,10 +29,27 @@ def cluster():
 
     The session's other tests share one `ray.init` (conftest's `ray_session`); if it is up, it is
     shut down for this module and started again afterwards with conftest's arguments.
+
+    The cluster lives under its own Ray temp directory: Ray's test cluster writes its address where
+    `ray.init()` without an address looks for a cluster to join (`<temp dir>/ray_current_cluster`),
+    and in the default one (/tmp/ray) every other test process on this machine, `make test`'s second
+    worker and the `rllib` commands the tests start, would join this cluster instead of starting its own.
     """
     was_initialized = ray.is_initialized()
     if was_initialized:
         ray.shutdown()
+    with (
+        pytest.MonkeyPatch.context() as env,
+        tempfile.TemporaryDirectory(prefix="ray-", dir="/tmp", ignore_cleanup_errors=True) as temp_dir,
+    ):
+        env.setenv("RAY_TMPDIR", temp_dir)  # short: Ray's socket paths under it must stay under 108 bytes
+        yield from _two_nodes()
+    if was_initialized:
+        ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)  # as conftest's ray_session
+
+
+def _two_nodes():
+    """The two-node cluster, joined by this process until the module is done."""
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -50,8 +67,6 @@ def cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
-        if was_initialized:
-            ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)  # as conftest's ray_session
 
 
 def node_with(resource: str) -> str:

@@ -10,8 +10,6 @@ from test_dapo_integration import CHECKED, engine_weights, tiny_config, unpadded
 
 from dapo_rllib.columns import Metrics
 
-pytestmark = pytest.mark.exclusive  # see pyproject.toml
-
 
 def learner_weights(algo):
     """The learners' whole parameters (gathered from their ZeRO-3 shards) under Hugging Face names."""

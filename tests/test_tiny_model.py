@@ -1,8 +1,12 @@
 """The tiny model's build record: the fingerprint of the weights, the comparison with the reference
 build a failing test reports, the seed of default builds and the pinned kernels (nothing is built
-here but the session's tiny model)."""
+here but the session's tiny model and a two-step one)."""
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -24,6 +28,7 @@ from dapo_rllib.models.tiny import (
     weights_fingerprint,
 )
 from dapo_rllib.models.tiny import build as tiny_build
+from dapo_rllib.models.tiny.cache import build_lock
 
 
 def model_dir(path, tensors, record=None):
@@ -137,3 +142,29 @@ def test_the_session_models_build_record_is_of_its_weights(tiny_model_path):
     held_out = built["held_out"]
     assert (held_out["problems"], held_out["samples"]) == (193, 4)  # the whole arithmetic test split
     assert 0.0 <= held_out["mixed@4"] <= 1.0 and 0.0 <= held_out["avg@4"] <= 1.0
+
+
+def test_processes_that_need_the_same_model_at_once_build_it_once(tmp_path):
+    """Two processes ask for the same missing model while its build lock is held (as by `make test`'s builder):
+    both wait; then one builds it and the other finds it built."""
+    path, logs = tmp_path / "code", [tmp_path / "first.log", tmp_path / "second.log"]
+    code = "import sys; from dapo_rllib.models.tiny import ensure_tiny_model; ensure_tiny_model(sys.argv[1], task='code', sft_steps=2, batch_size=2)"
+    env = os.environ | {RECIPE_SET_ENV: "test"}  # held-out accuracy on the test recipe's 32 problems
+    with build_lock(path):
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(path)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env
+            )
+            for log in logs
+        ]
+        waiting = f"[tiny model] waiting for another process to build {path}"
+        deadline = time.monotonic() + 120
+        while not all(waiting in log.read_text() for log in logs):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in processes), [
+                log.read_text() for log in logs
+            ]
+            time.sleep(0.2)
+    assert [p.wait(timeout=300) for p in processes] == [0, 0], [log.read_text() for log in logs]
+    outputs = [log.read_text() for log in logs]
+    assert sum(output.count("[tiny model] building a") for output in outputs) == 1, outputs
+    assert read_build_record(path)["sft_steps"] == 2
