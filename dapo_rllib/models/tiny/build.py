@@ -102,7 +102,9 @@ def build_tiny_model(
         "seed": seed,
     }
     package_root = str(Path(__file__).resolve().parents[3])
-    env = os.environ | build_environment() | {"DAPO_RLLIB_NO_REGISTRATION": "1"}  # the child needs no Ray
+    # The child needs no Ray; it trains on the CPU, which DeepSpeed (imported by transformers' save_pretrained)
+    # is told, instead of warning that it found no accelerator.
+    env = os.environ | build_environment() | {"DAPO_RLLIB_NO_REGISTRATION": "1", "DS_ACCELERATOR": "cpu"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     code = "import sys, json; from dapo_rllib.models.tiny.build import _build; _build(**json.loads(sys.argv[1]))"
     sys.stdout.flush()

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from dapo_rllib.library_logs import no_transformers_progress_bars
 from dapo_rllib.models.tiny.held_out import accuracy_text
 
 #: The build's file of record, written next to the weights.
@@ -125,7 +126,8 @@ def save_model(model, tokenizer, output_dir: Path, *, record: dict | None = None
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=output_dir.name + ".", dir=output_dir.parent))
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model.save_pretrained(tmp)
+    with no_transformers_progress_bars():  # its "Writing model shards" bar
+        model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     if record is not None:
         record = {"fingerprint": weights_fingerprint(tmp)} | record
