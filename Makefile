@@ -32,8 +32,8 @@ train: setup
 
 # The suite's tiny models (the test recipes, as tests/conftest.py picks them) are built beside the suite, one
 # after another with a line each (on a fresh machine; they are cached in ~/.cache/dapo_rllib): the test files
-# that need no tiny model run first (tests/conftest.py orders them), and a test that needs a model still being
-# built waits for it (the build lock), never builds it a second time.
+# that need no tiny model run first (tests/conftest.py orders the files by the models they need, in this order),
+# and a test that needs a model still being built waits for it (the build lock), never builds it a second time.
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's shared
 # fixtures (one training run serving many assertions) stay in one process; the ten slowest tests are listed.
 # Two workers on 2 cores: the suite's processes wait on each other (process starts, Ray, engines) often

@@ -81,16 +81,23 @@ def tiny_tool_model_path(request):
     return _tiny_model(request, ensure_tiny_model(task="tool_arithmetic"))
 
 
-# The fixtures that return a tiny model: `make test` builds their models beside the suite.
-_TINY_MODEL_FIXTURES = frozenset({"tiny_model_path", "tiny_code_model_path", "tiny_tool_model_path"})
+# The tiny-model fixtures in the order `make test` builds their models beside the suite (the Makefile's
+# `TEST_MODELS`: arithmetic, code, tool_arithmetic).
+_BUILD_ORDER = ("tiny_model_path", "tiny_code_model_path", "tiny_tool_model_path")
 
 
 def pytest_collection_modifyitems(items):
-    """The files that need no tiny model first, so that they run while `make test` is still building the
-    models; a test that needs one not built yet waits for it (the cores are busy building it meanwhile).
-    Files stay whole (pytest-xdist's --dist loadfile) and in order otherwise."""
-    needs_model = {item.path for item in items if _TINY_MODEL_FIXTURES & set(item.fixturenames)}
-    items.sort(key=lambda item: item.path in needs_model)  # stable
+    """Order the files by the last model they need in `_BUILD_ORDER`: those that need no tiny model first, so
+    that they run while `make test` is still building the models, the tool model's last. A test that needs a
+    model not built yet waits for it. Files stay whole (pytest-xdist's --dist loadfile), in order otherwise."""
+
+    def last_model_needed(item) -> int:
+        return max((rank for rank, name in enumerate(_BUILD_ORDER, 1) if name in item.fixturenames), default=0)
+
+    rank = {}
+    for item in items:
+        rank[item.path] = max(rank.get(item.path, 0), last_model_needed(item))
+    items.sort(key=lambda item: rank[item.path])  # stable
 
 
 def pytest_report_header(config):
