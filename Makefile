@@ -23,25 +23,28 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[cpu,test,docs]"
+	$(PY) -m pip install -q -e ".[cpu,models,envs,test,docs]"
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 train: setup
 	$(PY) tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune
 
-# The suite's tiny models (the test recipes, as tests/conftest.py picks them) are built beside the suite, one
-# after another with a line each (on a fresh machine; they are cached in ~/.cache/dapo_rllib): the test files
-# that need no tiny model run first (tests/conftest.py orders the files by the models they need, in this order),
-# and a test that needs a model still being built waits for it (the build lock), never builds it a second time.
+# The suite's tiny models (the test recipes, as tests/conftest.py picks them) and its real model (converted
+# from the GGUF file a package ships) are made beside the suite, one after another with a line each (on a
+# fresh machine; they are cached in ~/.cache/dapo_rllib): the test files that need none of them run first
+# (tests/conftest.py orders the files by the models they need, in this order), and a test that needs a model
+# still being made waits for it (the build lock), never makes it a second time.
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's shared
 # fixtures (one training run serving many assertions) stay in one process; the ten slowest tests are listed.
 # Two workers on 2 cores: the suite's processes wait on each other (process starts, Ray, engines) often
 # enough that two files at once finish sooner. TEST_WORKERS=1 runs one file at a time (less memory).
 TEST_MODELS := arithmetic code tool_arithmetic
+TEST_REAL_MODELS := smollm2-135m-instruct
 TEST_WORKERS ?= 2
 test: setup
-	DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny $(TEST_MODELS) & builder=$$!; \
+	{ DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny $(TEST_MODELS) && \
+	  $(PY) -m dapo_rllib.models $(TEST_REAL_MODELS); } & builder=$$!; \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 tests; tests=$$?; \
 	wait $$builder && exit $$tests
 

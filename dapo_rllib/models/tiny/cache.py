@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from dapo_rllib.models.model_cache import default_cache_dir, ensure_built
 from dapo_rllib.models.tiny.build import build_tiny_model
 from dapo_rllib.models.tiny.recipes import recipe_for
 
 #: The environment variable that holds the seed of default builds (0 when unset).
 SEED_ENV = "DAPO_RLLIB_TINY_SEED"
-
-
-def default_cache_dir() -> Path:
-    """Where built models live: $DAPO_RLLIB_CACHE, else ~/.cache/dapo_rllib."""
-    return Path(os.environ.get("DAPO_RLLIB_CACHE", Path.home() / ".cache" / "dapo_rllib"))
 
 
 def default_seed() -> int:
@@ -41,22 +34,4 @@ def ensure_tiny_model(path: str | os.PathLike | None = None, *, task: str = "ari
     Without `path`: the default build of `seed` (build_kwargs; default $DAPO_RLLIB_TINY_SEED or 0)."""
     build_kwargs.setdefault("seed", default_seed())
     path = Path(path) if path is not None else default_tiny_model_path(task, build_kwargs["seed"])
-    if not (path / "config.json").exists():
-        with build_lock(path):
-            if not (path / "config.json").exists():  # not built while this process waited
-                build_tiny_model(path, task=task, **build_kwargs)
-    return path
-
-
-@contextmanager
-def build_lock(path: Path) -> Iterator[None]:
-    """Hold the build lock of `path` (a file beside it). Processes that need the same model at once (Tune
-    trials, `make test`'s builder and the tests) build it once: the others wait, then find it built."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"[tiny model] waiting for another process to build {path}", flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        yield  # the lock goes with the file's closing
+    return ensure_built(path, lambda into: build_tiny_model(into, task=task, **build_kwargs), "tiny model")

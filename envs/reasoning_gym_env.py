@@ -1,0 +1,220 @@
+"""reasoning-gym's procedurally generated tasks as a single-step language environment (`dapo_reasoning_gym`).
+
+reasoning-gym (https://github.com/open-thought/reasoning-gym) has about a hundred task families, each a generator
+with difficulty settings and its own verifier. This environment asks one family, or a weighted mix of several,
+for problems; the model answers in the format `answer_format` names; the family's verifier scores the extracted
+answer (`dataset.score_answer`), a score s in [0, 1] that becomes the reward 2s - 1 (+1 right, -1 wrong, as the
+math scorers give; partial credit in between), right when s = 1.
+
+Train and held-out problems are disjoint: reasoning-gym draws problem i of a dataset seeded s from
+`Random(s + i)`, so the test split is generated from seeds `TEST_SEED_OFFSET` higher, and any test problem whose
+question a training set of `train_problems` problems also asks (small problem spaces repeat) is dropped, with a
+count in the log. Each family reports under its own data source, `reasoning_gym/<family>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dapo_rllib.contracts import ScoreResult
+from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, ProblemEnv
+
+logger = logging.getLogger(__name__)
+
+#: Value of the "dataset" config key: the problems are generated (the only source).
+GENERATED = "generated"
+#: The test split's generator seeds start this far above the training split's (far above any split's size).
+TEST_SEED_OFFSET = 2**31
+#: Problems in a split when `num_problems` is None.
+DEFAULT_SPLIT_SIZES = {"train": 1000, "test": 200}
+
+#: How the model is asked to give its answer, and how the answer is read back: (instruction, pattern whose last
+#: match's first group is the answer).
+ANSWER_FORMATS: dict[str, tuple[str, re.Pattern]] = {
+    # reasoning-gym's own convention (reasoning_gym.utils.extract_answer).
+    "answer_tag": (
+        "Give your final answer between <answer> and </answer>, e.g. <answer>42</answer>.",
+        re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL),
+    ),
+    # The answer alone: what small instruct models do best when asked (the whole response, stripped).
+    "bare": ("Answer with just the answer, nothing else.", re.compile(r"\A\s*(.*?)\s*\Z", re.DOTALL)),
+    # The DAPO math prompt's convention: the answer on the last line, after "Answer:".
+    "answer_line": (
+        'The last line of your response should be of the form "Answer: $Answer" where $Answer is the answer.',
+        re.compile(r"Answer:\s*(.+?)\s*$", re.MULTILINE),
+    ),
+}
+
+#: Config keys and their defaults.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "dataset": GENERATED,
+    **PROBLEM_CONFIG,
+    "task": "basic_arithmetic",
+    "task_config": {},
+    "data_seed": 0,
+    "train_problems": DEFAULT_SPLIT_SIZES["train"],
+    "answer_format": "answer_tag",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasoningGymProblem:
+    """A reasoning-gym entry (question, answer, metadata) of task family `family`, as a prompt."""
+
+    messages: tuple[dict, ...]
+    ground_truth: str
+    data_source: str
+    family: str
+    entry: dict = dataclasses.field(compare=False, repr=False)
+
+
+def task_weights(task: str | Mapping[str, float]) -> dict[str, float]:
+    """{family: weight} of a `task` setting: one family's name, or a mix {name: weight}.
+
+    Raises:
+        ValueError: An unknown family (the message lists the known ones), or a weight that is not positive.
+    """
+    from reasoning_gym.factory import DATASETS
+
+    weights = {task: 1.0} if isinstance(task, str) else dict(task)
+    if not weights:
+        raise ValueError("ReasoningGymEnv 'task' is an empty mix; expected a family's name or {name: weight}")
+    unknown = sorted(name for name in weights if name not in DATASETS)
+    if unknown:
+        raise ValueError(f"ReasoningGymEnv 'task': unknown reasoning-gym task(s) {unknown}; known: {sorted(DATASETS)}")
+    bad = {name: w for name, w in weights.items() if not isinstance(w, (int, float)) or w <= 0}
+    if bad:
+        raise ValueError(f"ReasoningGymEnv 'task' weights must be positive numbers, got {bad}")
+    return {name: float(w) for name, w in weights.items()}
+
+
+def family_sizes(weights: Mapping[str, float], size: int) -> dict[str, int]:
+    """How many of `size` problems each family gives: proportional to its weight (largest remainders)."""
+    total = sum(weights.values())
+    exact = {name: size * w / total for name, w in weights.items()}
+    sizes = {name: int(x) for name, x in exact.items()}
+    for name in sorted(exact, key=lambda n: sizes[n] - exact[n])[: size - sum(sizes.values())]:
+        sizes[name] += 1
+    return sizes
+
+
+class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
+    """Single-step environment over reasoning-gym tasks.
+
+    Config keys (all optional; see ``DEFAULT_CONFIG``):
+        task: A reasoning-gym task family (``reasoning_gym.factory.DATASETS``), or a mix ``{name: weight}``.
+        task_config: The families' settings, difficulty included (their config dataclass's fields, e.g.
+            ``{"min_terms": 2, "max_terms": 2}``): for one family, a dict of them; for a mix, ``{name: dict}``.
+        split: ``"train"`` or ``"test"`` (held out: other seeds, and no question of the training set).
+        num_problems: Problems in the split (None: 1,000 for train, 200 for test), shared by the mix's
+            families in proportion to their weights.
+        data_seed: Seed of the problems (the same problems in every env runner).
+        train_problems: Size of the training set a test split must not overlap.
+        answer_format: ``"answer_tag"`` (``<answer>...</answer>``, reasoning-gym's), ``"answer_line"`` (a last
+            line ``Answer: ...``, DAPO's math prompt's) or ``"bare"`` (the whole response is the answer); the
+            prompt asks for it, the scorer reads it.
+        shuffle, seed: The draw order (:class:`ProblemEnv`).
+    """
+
+    DEFAULT_CONFIG = DEFAULT_CONFIG
+    BUILTIN_DATASET = GENERATED
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        settings = self.settings(config)
+        if settings["answer_format"] not in ANSWER_FORMATS:
+            raise ValueError(
+                f"ReasoningGymEnv 'answer_format'={settings['answer_format']!r}; expected one of {sorted(ANSWER_FORMATS)}"
+            )
+        self._weights = task_weights(settings["task"])
+        self._instruction, self._answer_pattern = ANSWER_FORMATS[settings["answer_format"]]
+        self._datasets: dict[str, Any] = {}  # family -> its dataset of the split (scores that family's answers)
+        super().__init__(settings)
+
+    def _load_problems(self, settings: Mapping[str, Any]) -> list[ReasoningGymProblem]:
+        if settings["dataset"] != GENERATED:
+            raise ValueError(f"ReasoningGymEnv 'dataset' must be {GENERATED!r}, got {settings['dataset']!r}")
+        split = settings["split"]
+        if split not in DEFAULT_SPLIT_SIZES:
+            raise ValueError(f"ReasoningGymEnv 'split'={split!r}; expected 'train' or 'test'")
+        size = settings["num_problems"] or DEFAULT_SPLIT_SIZES[split]
+        configs = self._family_configs(settings["task_config"])
+        seed = settings["data_seed"] + (TEST_SEED_OFFSET if split == "test" else 0)
+        problems = []
+        for family, n in family_sizes(self._weights, size).items():
+            if n == 0:
+                continue
+            dataset = _create(family, configs[family], n, seed)
+            self._datasets[family] = dataset
+            entries = list(dataset)
+            if split == "test":
+                entries = self._held_out(family, configs[family], entries, settings)
+            problems += [self._problem(family, entry) for entry in entries]
+        # The families interleaved in a fixed order (a mix's first problems are not all one family's).
+        order = np.random.default_rng(settings["data_seed"]).permutation(len(problems))
+        return [problems[i] for i in order]
+
+    def _family_configs(self, task_config: Mapping[str, Any]) -> dict[str, dict]:
+        if not isinstance(task_config, Mapping):
+            raise TypeError(f"ReasoningGymEnv 'task_config' must be a dict, got {type(task_config).__name__}")
+        if len(self._weights) == 1 and not set(task_config) & set(self._weights):
+            return {next(iter(self._weights)): dict(task_config)}
+        unknown = sorted(set(task_config) - set(self._weights))
+        if unknown:
+            raise ValueError(
+                f"ReasoningGymEnv 'task_config' names {unknown}, not in the mix {sorted(self._weights)}; "
+                "for a mix, expected {name: settings}"
+            )
+        return {family: dict(task_config.get(family, {})) for family in self._weights}
+
+    def _held_out(self, family: str, config: dict, entries: list[dict], settings: Mapping[str, Any]) -> list[dict]:
+        """`entries` less those whose question the training split (of `train_problems`) also asks."""
+        train_size = family_sizes(self._weights, settings["train_problems"])[family]
+        train = (
+            {entry["question"] for entry in _create(family, config, train_size, settings["data_seed"])}
+            if train_size
+            else set()
+        )
+        kept = [entry for entry in entries if entry["question"] not in train]
+        if len(kept) < len(entries):
+            logger.info(
+                "reasoning-gym %s: %d of %d held-out problems dropped, their questions are in the training set",
+                family,
+                len(entries) - len(kept),
+                len(entries),
+            )
+        return kept
+
+    def _problem(self, family: str, entry: dict) -> ReasoningGymProblem:
+        prompt = f"{entry['question']}\n\n{self._instruction}"
+        return ReasoningGymProblem(
+            messages=({"role": "user", "content": prompt},),
+            ground_truth=str(entry["answer"]),
+            data_source=f"reasoning_gym/{family}",
+            family=family,
+            entry=entry,
+        )
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The answer in `completion`, in the format the prompt asked for (its last occurrence); None if none."""
+        matches = self._answer_pattern.findall(completion)
+        return matches[-1].strip() or None if matches else None
+
+    def score(self, problem: ReasoningGymProblem, completion: str) -> ScoreResult:
+        pred = self.extract_answer(completion)
+        verdict = 0.0 if pred is None else float(self._datasets[problem.family].score_answer(pred, problem.entry))
+        return {"score": 2.0 * verdict - 1.0, "acc": verdict == 1.0, "pred": pred}
+
+
+def _create(family: str, config: dict, size: int, seed: int):
+    from reasoning_gym import create_dataset
+
+    try:
+        return create_dataset(family, **config, size=size, seed=seed)
+    except TypeError as error:  # a setting the family's config does not have
+        raise ValueError(f"ReasoningGymEnv 'task_config' of {family!r}: {error}") from None
