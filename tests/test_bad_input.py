@@ -604,7 +604,8 @@ def test_evaluate_a_missing_model_directory(tmp_path):
     _raises(
         FileNotFoundError,
         [
-            rf"'{missing}' is neither a Hugging Face model directory \(config\.json\) nor an RLlib checkpoint \(class_and_ctor_args\.pkl\): it does not exist; expected e\.g\. runs/<run>/checkpoint_000040"
+            rf"'{missing}' is neither a Hugging Face model directory \(config\.json\), a GGUF file, a packaged model "
+            r"\(smollm2-135m-instruct\) nor an RLlib checkpoint \(class_and_ctor_args\.pkl\): it does not exist; expected e\.g\. runs/<run>/checkpoint_000040"
         ],
         lambda: evaluate(missing, data="arithmetic"),
     )
@@ -695,7 +696,7 @@ CONFIGS = Path(__file__).resolve().parent / "configs"
         (["train", "file", str(CONFIGS / "ppo_cartpole.py"), "--stop", "[1]"], "expected a JSON object"),
         (
             ["evaluate", "nowhere"],
-            "'nowhere' is neither a Hugging Face model directory (config.json) nor an RLlib checkpoint",
+            "'nowhere' is neither a Hugging Face model directory (config.json), a GGUF file, a packaged model",
         ),
         (["plot", "nowhere"], "run directory 'nowhere' does not exist"),
     ],

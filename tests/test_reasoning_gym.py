@@ -78,7 +78,10 @@ def test_a_mix_shares_the_problems_by_weight_and_reports_each_family():
             {"task": {"leg_counting": 1, "basic_arithmetic": 1}, "task_config": {"chain_sum": {}}},
             r"names \['chain_sum'\], not in the mix",
         ),
-        ({"answer_format": "boxed"}, r"'answer_format'='boxed'; expected one of \['answer_line', 'answer_tag', 'bare'\]"),
+        (
+            {"answer_format": "boxed"},
+            r"'answer_format'='boxed'; expected one of \['answer_line', 'answer_tag', 'bare'\]",
+        ),
     ],
 )
 def test_bad_settings_are_clear_errors(config, message):
