@@ -167,7 +167,7 @@ def test_bad_eval_files_are_clear_errors_before_any_engine_starts(tiny_model_pat
 def test_a_model_directory_needs_data(tiny_model_path, tmp_path):
     code, out = rllib("evaluate", tiny_model_path, cwd=tmp_path)
     assert code == 2
-    assert f"--data is required to evaluate the model directory {tiny_model_path!r}" in out
+    assert f"--data is required to evaluate the model {tiny_model_path!r}" in out
 
 
 @pytest.fixture(scope="module")
