@@ -58,16 +58,24 @@ def check_model_source(model_path: str) -> None:
     """Raise a ValueError naming `model_path` unless it is a Hugging Face model directory, a readable GGUF file
     or an installed packaged model."""
     model_path = str(model_path)
+    gguf_file = model_gguf_file(model_path)
+    if gguf_file is not None:
+        check_gguf_file(gguf_file)
+        return
+    require(
+        (Path(model_path) / "config.json").is_file(),
+        f"model_path={model_path!r} is not a Hugging Face model directory (no config.json), a GGUF file "
+        f"(*.gguf) or a packaged model ({', '.join(sorted(PACKAGED_MODELS))})",
+    )
+
+
+def model_gguf_file(model_path: str) -> Path | None:
+    """The GGUF file `model_path` names (itself, or the file its package ships); None for a directory."""
     if is_packaged_model(model_path):
-        check_gguf_file(packaged_model_file(model_path))
-    elif is_gguf_path(model_path):
-        check_gguf_file(model_path)
-    else:
-        require(
-            (Path(model_path) / "config.json").is_file(),
-            f"model_path={model_path!r} is not a Hugging Face model directory (no config.json), a GGUF file "
-            f"(*.gguf) or a packaged model ({', '.join(sorted(PACKAGED_MODELS))})",
-        )
+        return packaged_model_file(model_path)
+    if is_gguf_path(model_path):
+        return Path(model_path)
+    return None
 
 
 def is_model_file_source(model_path: str) -> bool:
@@ -78,21 +86,15 @@ def is_model_file_source(model_path: str) -> bool:
 def model_directory(model_path: str) -> Path:
     """The Hugging Face directory `model_path` is loaded from: itself, or the cached conversion of its GGUF file
     (which `ensure_model_directory` makes)."""
-    if is_packaged_model(model_path):
-        return converted_gguf_dir(packaged_model_file(model_path))
-    if is_gguf_path(model_path):
-        return converted_gguf_dir(model_path)
-    return Path(model_path)
+    gguf_file = model_gguf_file(model_path)
+    return Path(model_path) if gguf_file is None else converted_gguf_dir(gguf_file)
 
 
 def ensure_model_directory(model_path: str) -> Path:
     """`model_directory(model_path)`, made first where it is a GGUF file's conversion not in the cache yet."""
     check_model_source(model_path)
-    if is_packaged_model(model_path):
-        return ensure_converted_gguf(packaged_model_file(model_path))
-    if is_gguf_path(model_path):
-        return ensure_converted_gguf(model_path)
-    return Path(model_path)
+    gguf_file = model_gguf_file(model_path)
+    return Path(model_path) if gguf_file is None else ensure_converted_gguf(gguf_file)
 
 
 def ensure_policy_model(settings: ModelSettings) -> Path:
