@@ -44,6 +44,9 @@ ANSWER_FORMATS: dict[str, tuple[str, re.Pattern]] = {
     ),
     # The answer alone: what small instruct models do best when asked (the whole response, stripped).
     "bare": ("Answer with just the answer, nothing else.", re.compile(r"\A\s*(.*?)\s*\Z", re.DOTALL)),
+    # The last number in the response, however much text surrounds it (lm-evaluation-harness's "flexible
+    # extract"): a small instruct model asked for just the number often writes "3 + 4 = 7." instead.
+    "last_number": ("Answer with just the number.", re.compile(r"(-?\d+(?:\.\d+)?)(?!.*\d)", re.DOTALL)),
     # The DAPO math prompt's convention: the answer on the last line, after "Answer:".
     "answer_line": (
         'The last line of your response should be of the form "Answer: $Answer" where $Answer is the answer.',
@@ -117,8 +120,9 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
         data_seed: Seed of the problems (the same problems in every env runner).
         train_problems: Size of the training set a test split must not overlap.
         answer_format: ``"answer_tag"`` (``<answer>...</answer>``, reasoning-gym's), ``"answer_line"`` (a last
-            line ``Answer: ...``, DAPO's math prompt's) or ``"bare"`` (the whole response is the answer); the
-            prompt asks for it, the scorer reads it.
+            line ``Answer: ...``, DAPO's math prompt's), ``"bare"`` (the whole response is the answer) or
+            ``"last_number"`` (the response's last number: for numeric families); the prompt asks for it, the
+            scorer reads it.
         shuffle, seed: The draw order (:class:`ProblemEnv`).
     """
 

@@ -40,7 +40,10 @@ def dapo_run(tiny_model_path, tmp_path_factory):
 
 
 def test_help_lists_the_subcommands(capsys):
-    for args, names in ((["--help"], ("train", "evaluate", "export", "plot")), (["train", "--help"], ("file",))):
+    for args, names in (
+        (["--help"], ("train", "evaluate", "export", "doctor", "plot")),
+        (["train", "--help"], ("file",)),
+    ):
         with pytest.raises(SystemExit) as exit:
             main(args)
         assert exit.value.code == 0

@@ -37,6 +37,15 @@ def test_the_answer_line_format_is_dapos_math_prompts():
     assert info["acc"] and info["pred"] == problem.ground_truth
 
 
+def test_the_last_number_format_reads_the_last_number_whatever_surrounds_it():
+    env = ReasoningGymEnv({"task": "basic_arithmetic", "num_problems": 2, "answer_format": "last_number"})
+    assert env.problem(0).messages[0]["content"].endswith("Answer with just the number.")
+    assert env.extract_answer("3 + 4 = 7.") == "7"
+    assert env.extract_answer("-2") == "-2"
+    assert env.extract_answer("It is 1.5, or 12\nthen") == "12"
+    assert env.extract_answer("I cannot say.") is None
+
+
 def test_held_out_problems_are_other_seeds_and_never_a_training_question(caplog):
     config = {"task": "basic_arithmetic", "task_config": ONE_DIGIT_SUMS, "train_problems": 60}
     train = ReasoningGymEnv(config | {"num_problems": 60})
@@ -80,7 +89,7 @@ def test_a_mix_shares_the_problems_by_weight_and_reports_each_family():
         ),
         (
             {"answer_format": "boxed"},
-            r"'answer_format'='boxed'; expected one of \['answer_line', 'answer_tag', 'bare'\]",
+            r"'answer_format'='boxed'; expected one of \['answer_line', 'answer_tag', 'bare', 'last_number'\]",
         ),
     ],
 )

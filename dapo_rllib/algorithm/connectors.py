@@ -56,6 +56,35 @@ def episode_sequence(episode) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return prompt, np.concatenate(pieces), np.concatenate(mask), np.concatenate(logp)
 
 
+def padded_sequences(sequences, pad_token_id: int) -> dict[str, np.ndarray]:
+    """The batch columns of `(prompt ids, response ids, model mask, rollout log-probs)` sequences
+    (`episode_sequence`'s): prompts left-padded, responses (and their masks and log-probs) right-padded."""
+    width_p = max(len(prompt) for prompt, *_ in sequences)
+    width_r = max(len(response) for _, response, _, _ in sequences)
+    n = len(sequences)
+    prompt_ids = np.full((n, width_p), pad_token_id, dtype=np.int64)
+    prompt_mask = np.zeros((n, width_p), dtype=np.float32)
+    response_ids = np.full((n, width_r), pad_token_id, dtype=np.int64)
+    response_mask = np.zeros((n, width_r), dtype=np.float32)
+    loss_mask = np.zeros((n, width_r), dtype=np.float32)
+    rollout_logp = np.zeros((n, width_r), dtype=np.float32)
+    for i, (p, r, model_mask, logp) in enumerate(sequences):
+        prompt_ids[i, width_p - len(p) :] = p
+        prompt_mask[i, width_p - len(p) :] = 1.0
+        response_ids[i, : len(r)] = r
+        response_mask[i, : len(r)] = 1.0
+        loss_mask[i, : len(r)] = model_mask
+        rollout_logp[i, : len(r)] = logp
+    return {
+        Columns.OBS: prompt_ids,
+        Columns.PROMPT_MASK: prompt_mask,
+        Columns.ACTIONS: response_ids,
+        Columns.RESPONSE_MASK: response_mask,
+        Columns.LOSS_MASK: loss_mask,
+        Columns.ROLLOUT_LOGP: rollout_logp,
+    }
+
+
 class PadTokenBatch(ConnectorV2):
     """Left-pads prompts, right-pads responses (and vLLM's log-probs of them), and builds the
     response and loss masks.
@@ -77,23 +106,8 @@ class PadTokenBatch(ConnectorV2):
         sequences = [episode_sequence(ep) for ep in episodes]
         if any(len(response) == 0 for _, response, _, _ in sequences):
             raise ValueError("an episode has an empty response; the env runner must drop or pad it")
-        width_p = max(len(prompt) for prompt, *_ in sequences)
-        width_r = max(len(response) for _, response, _, _ in sequences)
-
-        n = len(episodes)
-        prompt_ids = np.full((n, width_p), self.pad_token_id, dtype=np.int64)
-        prompt_mask = np.zeros((n, width_p), dtype=np.float32)
-        response_ids = np.full((n, width_r), self.pad_token_id, dtype=np.int64)
-        response_mask = np.zeros((n, width_r), dtype=np.float32)
-        loss_mask = np.zeros((n, width_r), dtype=np.float32)
-        rollout_logp = np.zeros((n, width_r), dtype=np.float32)
-        for i, (p, r, model_mask, logp) in enumerate(sequences):
-            prompt_ids[i, width_p - len(p) :] = p
-            prompt_mask[i, width_p - len(p) :] = 1.0
-            response_ids[i, : len(r)] = r
-            response_mask[i, : len(r)] = 1.0
-            loss_mask[i, : len(r)] = model_mask
-            rollout_logp[i, : len(r)] = logp
+        arrays = padded_sequences(sequences, self.pad_token_id)
+        loss_mask = arrays[Columns.LOSS_MASK]
 
         truncated = np.array([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])
         if self.overlong_filtering:
@@ -106,14 +120,7 @@ class PadTokenBatch(ConnectorV2):
             )
             metrics.log_value(Metrics.LOSS_TOKENS, float(loss_mask.sum()), window=1)
 
-        batch[DEFAULT_MODULE_ID] = {
-            Columns.OBS: prompt_ids,
-            Columns.PROMPT_MASK: prompt_mask,
-            Columns.ACTIONS: response_ids,
-            Columns.RESPONSE_MASK: response_mask,
-            Columns.LOSS_MASK: loss_mask,
-            Columns.ROLLOUT_LOGP: rollout_logp,
-        }
+        batch[DEFAULT_MODULE_ID] = arrays
         return batch
 
 

@@ -191,14 +191,18 @@ class GroupSampler:
             cfg.num_learners, 1
         )
         if not cfg.train_on_partial_batch or not whole:
+            accs = [g.values(Extras.ACC).astype(bool) for g in generated]
+            samples = sum(len(a) for a in accs)
             raise RuntimeError(
                 f"Dynamic sampling collected {len(kept)} of train_batch_size_prompts="
                 f"{cfg.train_batch_size_prompts} informative groups in max_num_gen_batches="
                 f"{cfg.max_num_gen_batches} generation rounds: only {fraction:.1%} of the "
-                f"{len(generated)} generated groups had a varying '{cfg.filter_metric}'. The data "
-                "may be too easy or too hard for the model. Raise max_num_gen_batches or "
-                "gen_batch_size_prompts, or set train_on_partial_batch=True to train on what was "
-                "collected."
+                f"{len(generated)} generated groups had a varying '{cfg.filter_metric}'. The model's accuracy "
+                f"was {sum(a.sum() for a in accs) / max(samples, 1):.1%} over the {samples} samples "
+                f"({sum(not a.any() for a in accs)} groups all wrong, {sum(a.all() for a in accs)} all right): "
+                "the tasks are too hard for it (near 0%) or too easy (near 100%); choose tasks where it "
+                "sometimes succeeds, or raise max_num_gen_batches or gen_batch_size_prompts, or set "
+                "train_on_partial_batch=True to train on what was collected."
             )
         logger.info(f"[DAPO] round cap reached: training on a partial batch of {whole} groups ({fraction:.1%} kept)")
         return kept[:whole]

@@ -3,6 +3,7 @@
     rllib train file <python file> [--stop JSON] [--no-tune] [--checkpoint-freq N] ...
     rllib evaluate <model dir | GGUF file | packaged model | checkpoint> --data FILE [--num-samples N] [--out JSON]
     rllib export <checkpoint | GGUF file | packaged model> <out dir>
+    rllib doctor <model dir | GGUF file | packaged model> [--dtype D] [--out JSON]
     rllib data convert <problems.jsonl|.parquet|.csv> <out.parquet> [--tokenizer DIR --max-prompt-length N]
     rllib plot <run dir> [--out PNG]
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import dapo_rllib  # noqa: F401  (registers the algorithms and the environments)
 from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
+from dapo_rllib.cli.doctor import add_doctor_arguments, run_doctor_command
 from dapo_rllib.cli.evaluate import evaluate
 from dapo_rllib.cli.train import TrainOptions, add_train_options, json_dict, load_config_file, train
 from dapo_rllib.models.resolve import ensure_model_directory, is_model_file_source
@@ -55,10 +57,11 @@ def _plot(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rllib", description="RLlib's command line (train, evaluate, export, data, plot), with DAPO registered."
+        prog="rllib",
+        description="RLlib's command line (train, evaluate, export, doctor, data, plot), with DAPO registered.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,data,plot}")
-    for add_command in (_add_train, _add_evaluate, _add_export, _add_data, _add_plot):
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,export,doctor,data,plot}")
+    for add_command in (_add_train, _add_evaluate, _add_export, _add_doctor, _add_data, _add_plot):
         add_command(commands)
     return parser
 
@@ -155,6 +158,15 @@ def _add_export(commands) -> None:
     export.set_defaults(func=_export)
 
 
+def _add_doctor(commands) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        help="pre-flight checks of a model: learner vs vLLM log-probs, weight sync, chat template, EOS, context",
+    )
+    add_doctor_arguments(doctor)
+    doctor.set_defaults(func=run_doctor_command)
+
+
 def _add_data(commands) -> None:
     data = commands.add_parser("data", help="dataset tools: rllib data convert <in> <out.parquet>")
     data_tools = data.add_subparsers(dest="tool", required=True, metavar="{convert}")
@@ -176,11 +188,11 @@ def _add_plot(commands) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        status = args.func(args)  # None, or a command's own exit status (doctor: 1 when a check failed)
     except (FileNotFoundError, ValueError) as e:
         print(f"rllib {args.command}: error: {e}", file=sys.stderr)
         return 2
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":
