@@ -49,6 +49,17 @@ def learner_weights(algo):
     }
 
 
+def resume_once(checkpoint, read=learner_weights):
+    """One training iteration of a new algorithm restored from `checkpoint`: its result, and `read(algorithm)`
+    after it (None: nothing read)."""
+    restored = Algorithm.from_checkpoint(str(checkpoint))
+    try:
+        result = restored.train()
+        return result, None if read is None else read(restored)
+    finally:
+        restored.stop()
+
+
 def engine_weights(algo):
     return algo.env_runner_group.foreach_env_runner(lambda er: er.engine_parameters(CHECKED), local_env_runner=False)[0]
 

@@ -10,7 +10,7 @@ import torch
 
 from dapo_rllib.columns import Metrics
 from dapo_rllib.models.lora import adapter_tensors
-from tests.test_dapo_integration import tiny_config
+from tests.test_dapo_integration import resume_once, tiny_config
 
 # Large enough that one step moves the adapters by far more than float32 noise: an engine left with
 # an old adapter would show a log-prob gap of about 1e-2 (the async run's one-step staleness below).
@@ -229,14 +229,8 @@ def lora_checkpoint(lora_run, tmp_path_factory):
 
 
 def test_a_lora_run_resumes_exactly(lora_run, lora_checkpoint):
-    from ray.rllib.algorithms.algorithm import Algorithm
 
-    restored = Algorithm.from_checkpoint(str(lora_checkpoint[0]))
-    try:
-        resumed = restored.train()
-        resumed_adapters = learner_adapters(restored)
-    finally:
-        restored.stop()
+    resumed, resumed_adapters = resume_once(lora_checkpoint[0], read=learner_adapters)
     continued = lora_run["algo"].train()
     r, c = resumed["learners"]["default_policy"], continued["learners"]["default_policy"]
     for key in ("policy_loss", "grad_norm", Metrics.ROLLOUT_LOGP_ABS_DIFF):

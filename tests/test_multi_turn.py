@@ -24,7 +24,7 @@ from dapo_rllib.rollout.env_runner import TRAIN_STREAM
 from dapo_rllib.rollout.turn_loop import EndReason
 from dapo_rllib.rollout.vllm_engine import request_seed, sampling_params
 from tests.doc_examples import doc_example, example_module
-from tests.test_dapo_integration import tiny_config
+from tests.test_dapo_integration import resume_once, tiny_config
 
 GROUP_ID = 1000
 
@@ -174,13 +174,8 @@ def test_async_multi_turn_with_two_env_runners_and_tis(overlapped_multi_turn):
 
 
 def test_a_multi_turn_run_resumes_exactly(overlapped_multi_turn):
-    from ray.rllib.algorithms.algorithm import Algorithm
 
-    restored = Algorithm.from_checkpoint(str(overlapped_multi_turn["checkpoint"]))
-    try:
-        resumed = restored.train()
-    finally:
-        restored.stop()
+    resumed, _ = resume_once(overlapped_multi_turn["checkpoint"], read=None)
     continued = overlapped_multi_turn["algo"].train()
     for key in (Metrics.ACC_MEAN, Metrics.REWARD_MEAN, Metrics.RESPONSE_LENGTH_MEAN, Metrics.TURNS_MEAN):
         assert resumed[Metrics.ROLLOUT][key] == continued[Metrics.ROLLOUT][key], key

@@ -6,11 +6,10 @@ export. One full fine-tuning run (`real_run`) serves every test of it."""
 
 import numpy as np
 import pytest
-from ray.rllib.algorithms.algorithm import Algorithm
 
 from dapo_rllib.cli.evaluate import evaluate
 from dapo_rllib.columns import Metrics
-from tests.test_dapo_integration import learner_weights
+from tests.test_dapo_integration import learner_weights, resume_once
 from tests.test_multi_turn import example, guess_config  # noqa: F401  (example: the docs' game, a fixture)
 
 REAL = "smollm2-135m-instruct"
@@ -40,12 +39,7 @@ def real_run(ray_session, smollm2_path, example, tmp_path_factory):  # noqa: F81
         exported = algo.export_hf_model(tmp_path_factory.mktemp("real") / "exported")
     finally:
         algo.stop()
-    restored = Algorithm.from_checkpoint(checkpoint)
-    try:
-        resumed = restored.train()
-        resumed_weights = learner_weights(restored)
-    finally:
-        restored.stop()
+    resumed, resumed_weights = resume_once(checkpoint)
     return dict(
         results=[*results, continued],
         episodes=episodes,

@@ -7,14 +7,13 @@ import weakref
 import numpy as np
 import pytest
 import ray
-from ray.rllib.algorithms.algorithm import Algorithm
 
 from dapo_rllib.columns import Metrics
 from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.reporting.progress import summary_line
 from dapo_rllib.rollout.env_runner import VLLMEnvRunner
 from dapo_rllib.rollout.vllm_engine import cpu_kv_cache_bytes
-from tests.test_dapo_integration import CHECKED, engine_weights, learner_weights, tiny_config, unpadded
+from tests.test_dapo_integration import CHECKED, engine_weights, learner_weights, resume_once, tiny_config, unpadded
 
 # 100 kB buckets: the tiny model's embedding (303 x 128 floats) and MLP matrices do not fit one,
 # so they travel in row slices and are joined by the env runner before vLLM loads them.
@@ -74,12 +73,7 @@ def test_async_batches_are_one_update_stale(overlapped):
 
 
 def test_async_run_resumes_exactly_with_its_prefetched_batch(overlapped):
-    restored = Algorithm.from_checkpoint(str(overlapped["checkpoint"]))
-    try:
-        resumed = restored.train()
-        resumed_weights = learner_weights(restored)
-    finally:
-        restored.stop()
+    resumed, resumed_weights = resume_once(overlapped["checkpoint"])
     continued = overlapped["algo"].train()
     assert resumed["training_iteration"] == continued["training_iteration"] == 3
     for key in ("acc_mean", "reward_mean", "response_length_mean", "groups_generated"):

@@ -5,8 +5,7 @@ a checkpoint resumes exactly."""
 
 import numpy as np
 import pytest
-from ray.rllib.algorithms.algorithm import Algorithm
-from test_dapo_integration import CHECKED, engine_weights, tiny_config, unpadded
+from test_dapo_integration import CHECKED, engine_weights, resume_once, tiny_config, unpadded
 
 from dapo_rllib.columns import Metrics
 
@@ -37,12 +36,7 @@ def zero3(ray_session, tiny_model_path, tmp_path_factory):
     continued_weights = learner_weights(algo)
     export_dir = algo.export_hf_model(tmp_path_factory.mktemp("zero3_hf") / "hf")
     algo.stop()
-    restored = Algorithm.from_checkpoint(str(checkpoint))
-    try:
-        resumed = restored.train()
-        resumed_weights = learner_weights(restored)
-    finally:
-        restored.stop()
+    resumed, resumed_weights = resume_once(checkpoint, read=learner_weights)
     return dict(
         initial=initial,
         first=first,
