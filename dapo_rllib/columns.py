@@ -153,6 +153,7 @@ class Metrics:
     # TRUNCATION_RATIO and SCORING_TIMEOUTS. A name ending in "@" is followed by a sample count:
     # f"{Metrics.AVG_AT}{n}" is "avg@32" for n = 32.
     AVG_AT = "avg@"  # avg@n: mean accuracy of n samples per problem (the headline number)
+    CURRICULUM_LEVELS = "curriculum_levels"  # {data source: level} of an env's curriculum (result, checkpoint)
     PASS_AT = "pass@"  # pass@k: some of k of the n samples is correct (unbiased estimate)
     MAJ_AT = "maj@"  # maj@n: the majority answer of the n samples is correct
     NUM_PROBLEMS = "num_problems"

@@ -10,6 +10,10 @@ Train and held-out problems are disjoint: reasoning-gym draws problem i of a dat
 `Random(s + i)`, so the test split is generated from seeds `TEST_SEED_OFFSET` higher, and any test problem whose
 question a training set of `train_problems` problems also asks (small problem spaces repeat) is dropped, with a
 count in the log. Each family reports under its own data source, `reasoning_gym/<family>`.
+
+With a `curriculum`, each family's difficulty is reasoning-gym's own curriculum for it at a level (0 at the
+start): the curriculum's settings (terms, digits, ...) over `task_config`'s. DAPO raises a family's level
+after a validation in which the family's held-out accuracy reached the threshold (`dapo_rllib.tasks.curriculum`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from dapo_rllib.contracts import ScoreResult
+from dapo_rllib.tasks.curriculum import next_levels
 from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, ProblemEnv
 
 logger = logging.getLogger(__name__)
@@ -63,6 +68,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "data_seed": 0,
     "train_problems": DEFAULT_SPLIT_SIZES["train"],
     "answer_format": "answer_tag",
+    "curriculum": None,
 }
 
 
@@ -97,6 +103,42 @@ def task_weights(task: str | Mapping[str, float]) -> dict[str, float]:
     return {name: float(w) for name, w in weights.items()}
 
 
+def data_source(family: str) -> str:
+    """The data source a family's problems report under."""
+    return f"reasoning_gym/{family}"
+
+
+def family_curricula(curriculum: Mapping[str, Any] | None, weights: Mapping[str, float]) -> dict[str, tuple[Any, int]]:
+    """{family: (its reasoning-gym curriculum, its last level)} for a `curriculum` setting; {} for None.
+
+    Raises:
+        ValueError: A setting other than ``{"threshold": t}`` with t in [0, 1], or a family reasoning-gym has no
+            curriculum for (the message lists those it has).
+    """
+    if curriculum is None:
+        return {}
+    threshold = curriculum.get("threshold") if isinstance(curriculum, Mapping) else None
+    if set(curriculum if isinstance(curriculum, Mapping) else ()) != {"threshold"} or not (
+        isinstance(threshold, (int, float)) and 0 <= threshold <= 1
+    ):
+        raise ValueError(
+            f"ReasoningGymEnv 'curriculum'={curriculum!r}; expected None or {{'threshold': t}} with t in [0, 1], "
+            "the held-out accuracy at which a family's level rises (0: after every validation)"
+        )
+    from reasoning_gym.factory import CURRICULA, create_curriculum
+
+    missing = sorted(family for family in weights if family not in CURRICULA)
+    if missing:
+        raise ValueError(
+            f"ReasoningGymEnv 'curriculum': reasoning-gym has no curriculum for {missing}; it has {sorted(CURRICULA)}"
+        )
+    out = {}
+    for family in weights:
+        curriculum_of = create_curriculum(family)
+        out[family] = (curriculum_of, max(len(a.levels) for a in curriculum_of.attributes.values()) - 1)
+    return out
+
+
 def family_sizes(weights: Mapping[str, float], size: int) -> dict[str, int]:
     """How many of `size` problems each family gives: proportional to its weight (largest remainders)."""
     total = sum(weights.values())
@@ -123,6 +165,9 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
             line ``Answer: ...``, DAPO's math prompt's), ``"bare"`` (the whole response is the answer) or
             ``"last_number"`` (the response's last number: for numeric families); the prompt asks for it, the
             scorer reads it.
+        curriculum: None, or ``{"threshold": t}``: each family at a level of its reasoning-gym curriculum
+            (`reasoning_gym.factory.create_curriculum`), raised by one after a validation in which its held-out
+            avg@n reached t (`curriculum_levels`, `next_curriculum_levels`, `set_curriculum_levels`).
         shuffle, seed: The draw order (:class:`ProblemEnv`).
     """
 
@@ -138,7 +183,28 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
         self._weights = task_weights(settings["task"])
         self._instruction, self._answer_pattern = ANSWER_FORMATS[settings["answer_format"]]
         self._datasets: dict[str, Any] = {}  # family -> its dataset of the split (scores that family's answers)
+        self._curriculum = family_curricula(settings["curriculum"], self._weights)
+        self._levels = {family: 0 for family in self._curriculum}
+        self._settings = settings
         super().__init__(settings)
+
+    # ----- the curriculum (dapo_rllib.tasks.curriculum) -------------------------------------------
+    def curriculum_levels(self) -> dict[str, int] | None:
+        """{data source: level} of each family, or None without a curriculum."""
+        return {data_source(f): level for f, level in self._levels.items()} if self._curriculum else None
+
+    def next_curriculum_levels(self, levels: Mapping[str, int], accuracy: Mapping[str, float]) -> dict[str, int]:
+        """`levels` after a validation of held-out `accuracy` {data source: avg@n}: a family's raised by one
+        where its accuracy reached the threshold, up to its curriculum's last level."""
+        top = {data_source(f): max_level for f, (_, max_level) in self._curriculum.items()}
+        return next_levels(levels, accuracy, self._settings["curriculum"]["threshold"], top)
+
+    def set_curriculum_levels(self, levels: Mapping[str, int]) -> None:
+        """Put each family at its level in `levels` and draw the split's problems anew at those levels."""
+        by_family = {family: int(levels[data_source(family)]) for family in self._curriculum}
+        if by_family != self._levels:
+            self._levels = by_family
+            self._problems = self._load_problems(self._settings)
 
     def _load_problems(self, settings: Mapping[str, Any]) -> list[ReasoningGymProblem]:
         if settings["dataset"] != GENERATED:
@@ -147,7 +213,7 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
         if split not in DEFAULT_SPLIT_SIZES:
             raise ValueError(f"ReasoningGymEnv 'split'={split!r}; expected 'train' or 'test'")
         size = settings["num_problems"] or DEFAULT_SPLIT_SIZES[split]
-        configs = self._family_configs(settings["task_config"])
+        configs = self._leveled(self._family_configs(settings["task_config"]))
         seed = settings["data_seed"] + (TEST_SEED_OFFSET if split == "test" else 0)
         problems = []
         for family, n in family_sizes(self._weights, size).items():
@@ -176,6 +242,15 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
             )
         return {family: dict(task_config.get(family, {})) for family in self._weights}
 
+    def _leveled(self, configs: dict[str, dict]) -> dict[str, dict]:
+        """`configs` with each curriculum family's settings at its level laid over them."""
+        out = dict(configs)
+        for family, (curriculum, _) in self._curriculum.items():
+            curriculum.set_global_level(self._levels[family])
+            generated = dataclasses.asdict(curriculum.generate_configuration(configs[family]))
+            out[family] = {k: v for k, v in generated.items() if k not in ("seed", "size")}
+        return out
+
     def _held_out(self, family: str, config: dict, entries: list[dict], settings: Mapping[str, Any]) -> list[dict]:
         """`entries` less those whose question the training split (of `train_problems`) also asks."""
         train_size = family_sizes(self._weights, settings["train_problems"])[family]
@@ -199,7 +274,7 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
         return ReasoningGymProblem(
             messages=({"role": "user", "content": prompt},),
             ground_truth=str(entry["answer"]),
-            data_source=f"reasoning_gym/{family}",
+            data_source=data_source(family),
             family=family,
             entry=entry,
         )

@@ -450,6 +450,10 @@ class DAPO(Algorithm):
             group, lambda runner: runner.env.new_draw_order(), list(group.healthy_worker_ids())[:1]
         )
         self._sampler = GroupSampler(config, self._fleet, draw_order[0])
+        # The curriculum's levels, also the algorithm's (dapo_rllib.tasks.curriculum); None: the env has none.
+        self._fleet.curriculum_levels = on_env_runners(
+            group, lambda runner: runner.curriculum_levels(), list(group.healthy_worker_ids())[:1]
+        )[0]
 
     @override(Algorithm)
     def step(self) -> dict:
@@ -464,6 +468,8 @@ class DAPO(Algorithm):
             results.pop(EVALUATION_RESULTS, None)
         if not first_iteration:
             results.pop(EVAL_BEFORE_TRAINING, None)
+        if self._fleet.curriculum_levels is not None:  # the levels the next step trains at
+            results[Metrics.CURRICULUM_LEVELS] = dict(self._fleet.curriculum_levels)
         return results
 
     @override(Algorithm)
@@ -512,7 +518,34 @@ class DAPO(Algorithm):
         """RLlib's evaluation, counted: `step` reports only the evaluations of its own iteration."""
         results = super().evaluate(*args, **kwargs)
         self._num_evaluations += 1
+        if self._fleet.curriculum_levels is not None:
+            self._advance_curriculum(results)  # {data source: metrics} of this validation
         return results
+
+    # ----- the curriculum (dapo_rllib.tasks.curriculum) ---------------------------------------
+    def _advance_curriculum(self, validation: dict[str, Any]) -> None:
+        """The levels after a validation, set in every env runner where they changed."""
+        avg = f"{Metrics.AVG_AT}{self.config.eval_num_samples}"
+        accuracy = {source: m[avg] for source, m in validation.items() if isinstance(m, dict) and avg in m}
+        levels = self._fleet.curriculum_levels
+        group = self.env_runner_group
+        new = on_env_runners(
+            group,
+            lambda runner: runner.next_curriculum_levels(levels, accuracy),
+            list(group.healthy_worker_ids())[:1],
+        )[0]
+        for source in sorted(s for s in new if new[s] != levels[s]):
+            logger.info(
+                f"[DAPO] curriculum: {source} level {levels[source]} -> {new[source]} "
+                f"(held-out {avg} {accuracy[source]:.3f})"
+            )
+        if new != levels:
+            self._set_curriculum_levels(new)
+
+    def _set_curriculum_levels(self, levels: dict[str, int]) -> None:
+        self._fleet.curriculum_levels = dict(levels)
+        for group in filter(None, (self.env_runner_group, self.eval_env_runner_group)):
+            on_env_runners(group, lambda runner: runner.set_curriculum_levels(levels))
 
     def _evaluate_before_training(self) -> None:
         logger.info("[DAPO] evaluating before the first training step ...")
@@ -572,6 +605,8 @@ class DAPO(Algorithm):
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         state = super().get_state(components, not_components=not_components, **kwargs)
         state |= self._sampler.get_state()
+        if self._fleet.curriculum_levels is not None:
+            state[Metrics.CURRICULUM_LEVELS] = self._fleet.curriculum_levels
         if self._pending_groups is not None:
             # async_rollout: sampled with the previous weights, which a resumed run no longer has.
             state[PENDING_GROUPS] = self._pending_groups
@@ -582,6 +617,8 @@ class DAPO(Algorithm):
         super().set_state(state)
         self._pending_groups = state.get(PENDING_GROUPS)
         self._sampler.set_state(state)
+        if Metrics.CURRICULUM_LEVELS in state:
+            self._set_curriculum_levels(state[Metrics.CURRICULUM_LEVELS])
         if COMPONENT_LEARNER_GROUP in state:
             self.sync_weights_to_env_runners()
 

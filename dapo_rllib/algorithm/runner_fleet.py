@@ -13,7 +13,12 @@ import threading
 
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-from dapo_rllib.rollout.env_runner_group import SampleReport, bring_back_env_runners, sample_on_env_runners
+from dapo_rllib.rollout.env_runner_group import (
+    SampleReport,
+    bring_back_env_runners,
+    on_env_runners,
+    sample_on_env_runners,
+)
 from dapo_rllib.rollout.weight_sync import stream_weights
 
 logger = logging.getLogger(__name__)
@@ -34,6 +39,7 @@ class RunnerFleet:
         self.env_runner_group, self.eval_env_runner_group = env_runner_group, eval_env_runner_group
         self.learner_group, self.config, self.learner_lock = learner_group, config, learner_lock
         self._restored_since_read = 0  # runners brought back since `pop_restored_count`
+        self.curriculum_levels: dict[str, int] | None = None  # the algorithm's; a restarted runner gets them
 
     def sample(self, requests: list[tuple[int, int]], metrics: MetricsLogger) -> list[SampleReport]:
         """The env runners' reports for `(problem index, group id)` requests, spread over those in service."""
@@ -72,6 +78,9 @@ class RunnerFleet:
         if restored:
             self._restored_since_read += len(restored)
             self.sync_weights(restored, group=group)
+            if self.curriculum_levels is not None:
+                levels = self.curriculum_levels
+                on_env_runners(group, lambda runner: runner.set_curriculum_levels(levels), restored)
             logger.info(f"[DAPO] env runner(s) {sorted(restored)} restarted and given the current weights")
         return restored
 

@@ -85,6 +85,8 @@ def readable_scalars(result: dict) -> dict[str, float]:
             if not key.startswith(_LEARNER_SKIP):
                 scalars[tag(Metrics.LEARNER, _RENAMES.get(key, key))] = value
     scalars.update(evaluation_scalars(result.get(EVALUATION_RESULTS)))
+    levels = result.get(Metrics.CURRICULUM_LEVELS) or {}
+    scalars.update({tag(Metrics.CURRICULUM_LEVELS, source): float(level) for source, level in levels.items()})
     if TIME_THIS_ITER_S in result:
         scalars[tag(Metrics.TIMING, Metrics.ITERATION_S)] = float(result[TIME_THIS_ITER_S])
     sampled = result.get(ENV_RUNNER_RESULTS, {}).get(NUM_ENV_STEPS_SAMPLED_LIFETIME)

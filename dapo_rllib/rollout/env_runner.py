@@ -70,6 +70,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.worker_index = self.worker_index or 0
         self.make_env()
         self._eval_env = None
+        self._curriculum: dict[str, int] | None = None  # the curriculum levels the driver set (None: none)
         self.tokenizer = AutoTokenizer.from_pretrained(self.config.policy_model_path)
         self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
         owner = f"env runner {self.worker_index}"
@@ -257,7 +258,27 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
                 eval_cfg.env, self.config.evaluation_env_config(), self.worker_index, self.num_workers
             )
             self._renderer(self._eval_env)
+            self._set_levels(self._eval_env)
         return self._eval_env
+
+    # ----- the curriculum (dapo_rllib.tasks.curriculum) -----------------------------------------
+    def curriculum_levels(self) -> dict[str, int] | None:
+        """The training env's curriculum levels, or None where it has no curriculum."""
+        levels = getattr(self.env, "curriculum_levels", None)
+        return None if levels is None else levels()
+
+    def next_curriculum_levels(self, levels: dict[str, int], accuracy: dict[str, float]) -> dict[str, int]:
+        return self.env.next_curriculum_levels(levels, accuracy)
+
+    def set_curriculum_levels(self, levels: dict[str, int]) -> None:
+        """Put the training and validation envs at `levels` (kept for a validation env built later)."""
+        self._curriculum = dict(levels)
+        for env in (self.env, self._eval_env):
+            self._set_levels(env)
+
+    def _set_levels(self, env) -> None:
+        if env is not None and self._curriculum is not None and hasattr(env, "set_curriculum_levels"):
+            env.set_curriculum_levels(self._curriculum)
 
     def evaluate(
         self, *, num_samples: int, max_problems: int | None = None, progress: bool = False

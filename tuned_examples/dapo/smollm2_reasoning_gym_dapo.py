@@ -11,10 +11,10 @@ and no question the training set asks (`dapo_rllib.experiments.real_model`, docs
 
 import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_reasoning_gym")
 from dapo_rllib.cli.train import run_example
-from dapo_rllib.experiments.real_model import smollm2_task_config
+from dapo_rllib.experiments.real_model import ITERATIONS, smollm2_task_config
 
 config = smollm2_task_config().env_runners(num_env_runners=1, num_cpus_per_env_runner=1).debugging(seed=0)
-stop = {"training_iteration": 8}
+stop = {"training_iteration": ITERATIONS}
 
 if __name__ == "__main__":
     run_example(config, stop)

@@ -1,6 +1,6 @@
 """The real-model study: SmolLM2-135M-Instruct on reasoning-gym's one-digit arithmetic, DAPO, DAPO with LoRA
 adapters and GRPO x 3 seeds, as one Ray Tune grid (`dapo_rllib.experiments.real_model`). Each trial trains
-8 iterations and validates on 64 held-out problems before training, after 4 and after 8; one trial runs at a
+6 iterations and validates on 64 held-out problems before training, after 3 and after 6; one trial runs at a
 time (the learner and the env runner take a core each). When the grid has run, `real_model.md` (a row per
 arm: final held-out avg@4 mean ± std, iterations to +0.10) and `real_model.png` are written into the run
 directory.
@@ -14,11 +14,11 @@ import argparse
 import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_reasoning_gym")
 from dapo_rllib.cli.train import TrainOptions, add_train_options, train
 from dapo_rllib.experiments.comparison_grid import print_report
-from dapo_rllib.experiments.real_model import SEEDS, smollm2_task_config, study_search_space, write_report
+from dapo_rllib.experiments.real_model import ITERATIONS, SEEDS, smollm2_task_config, study_search_space, write_report
 
 base = smollm2_task_config(eval_max_problems=64).env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
 config = study_search_space(base)
-stop = {"training_iteration": 8}
+stop = {"training_iteration": ITERATIONS}
 
 
 def after_run(outcomes, run_dir) -> None:
