@@ -19,15 +19,18 @@ after a validation in which the family's held-out accuracy reached the threshold
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dapo_rllib.contracts import ScoreResult
 from dapo_rllib.tasks.curriculum import next_levels
+from dapo_rllib.tasks.data.datasets import read_rows
 from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, ProblemEnv
 
 logger = logging.getLogger(__name__)
@@ -36,6 +39,8 @@ logger = logging.getLogger(__name__)
 GENERATED = "generated"
 #: The test split's generator seeds start this far above the training split's (far above any split's size).
 TEST_SEED_OFFSET = 2**31
+#: The `extra_info` key of a written row that holds what scoring it needs (`problem_row`).
+ROW_KEY = "reasoning_gym"
 #: Problems in a split when `num_problems` is None.
 DEFAULT_SPLIT_SIZES = {"train": 1000, "test": 200}
 
@@ -80,7 +85,9 @@ class ReasoningGymProblem:
     ground_truth: str
     data_source: str
     family: str
+    answer_format: str
     entry: dict = dataclasses.field(compare=False, repr=False)
+    config: dict = dataclasses.field(compare=False, repr=False)  # the family's settings it was generated with
 
 
 def task_weights(task: str | Mapping[str, float]) -> dict[str, float]:
@@ -208,7 +215,7 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
 
     def _load_problems(self, settings: Mapping[str, Any]) -> list[ReasoningGymProblem]:
         if settings["dataset"] != GENERATED:
-            raise ValueError(f"ReasoningGymEnv 'dataset' must be {GENERATED!r}, got {settings['dataset']!r}")
+            return self._load_file(settings)
         split = settings["split"]
         if split not in DEFAULT_SPLIT_SIZES:
             raise ValueError(f"ReasoningGymEnv 'split'={split!r}; expected 'train' or 'test'")
@@ -224,7 +231,7 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
             entries = list(dataset)
             if split == "test":
                 entries = self._held_out(family, configs[family], entries, settings)
-            problems += [self._problem(family, entry) for entry in entries]
+            problems += [self._problem(family, entry, configs[family]) for entry in entries]
         # The families interleaved in a fixed order (a mix's first problems are not all one family's).
         order = np.random.default_rng(settings["data_seed"]).permutation(len(problems))
         return [problems[i] for i in order]
@@ -269,23 +276,87 @@ class ReasoningGymEnv(ProblemEnv[ReasoningGymProblem]):
             )
         return kept
 
-    def _problem(self, family: str, entry: dict) -> ReasoningGymProblem:
+    def _problem(self, family: str, entry: dict, config: dict) -> ReasoningGymProblem:
         prompt = f"{entry['question']}\n\n{self._instruction}"
         return ReasoningGymProblem(
             messages=({"role": "user", "content": prompt},),
             ground_truth=str(entry["answer"]),
             data_source=data_source(family),
             family=family,
+            answer_format=self._settings["answer_format"],
             entry=entry,
+            config=config,
         )
 
-    def extract_answer(self, completion: str) -> str | None:
-        """The answer in `completion`, in the format the prompt asked for (its last occurrence); None if none."""
-        matches = self._answer_pattern.findall(completion)
+    # ----- a fixed set as rows (`rllib data convert env:dapo_reasoning_gym`) ------------------------
+    def problem_row(self, index: int) -> dict[str, Any]:
+        """Problem `index` as a DAPO-format row; `extra_info["reasoning_gym"]` holds what scoring it needs
+        (family, settings, entry, answer format) as JSON, so the row reads back (`dataset`) as the same problem."""
+        problem = self.problem(index)
+        record = {
+            "family": problem.family,
+            "config": problem.config,
+            "answer_format": problem.answer_format,
+            "entry": problem.entry,
+        }
+        try:
+            saved = json.dumps(record, sort_keys=True)
+        except TypeError as error:
+            raise ValueError(
+                f"reasoning-gym {problem.family} problem {index} cannot be written as JSON: {error}"
+            ) from None
+        return {
+            "data_source": problem.data_source,
+            "prompt": [dict(message) for message in problem.messages],
+            "ability": "reasoning",
+            "reward_model": {"ground_truth": problem.ground_truth, "style": "rule"},
+            "extra_info": {"index": index, ROW_KEY: saved},
+        }
+
+    def _load_file(self, settings: Mapping[str, Any]) -> list[ReasoningGymProblem]:
+        """The problems of a file of `problem_row` rows, in its order."""
+        path = settings["dataset"]
+        if not isinstance(path, str):
+            raise TypeError(f"ReasoningGymEnv 'dataset' must be {GENERATED!r} or a file path, got {path!r}")
+        if settings["num_problems"] is not None or self._curriculum:
+            raise ValueError(
+                f"ReasoningGymEnv 'dataset'={path!r} is a fixed set: 'num_problems' and 'curriculum' apply to "
+                f"generated problems ({GENERATED!r}) only"
+            )
+        problems = []
+        for i, row in enumerate(read_rows(Path(path), "reasoning-gym dataset")):
+            saved = (row.get("extra_info") or {}).get(ROW_KEY)
+            if not isinstance(saved, str):
+                raise ValueError(
+                    f"row {i} of {path} has no extra_info.{ROW_KEY}; expected rows written by "
+                    "`rllib data convert env:dapo_reasoning_gym`"
+                )
+            record = json.loads(saved)
+            family = record["family"]
+            task_weights(family)  # a family this reasoning-gym does not have is refused, naming it
+            if family not in self._datasets:  # the family's verifier
+                self._datasets[family] = _create(family, record["config"], 1, 0)
+            problems.append(
+                ReasoningGymProblem(
+                    messages=tuple(dict(m) for m in row["prompt"]),
+                    ground_truth=str(row["reward_model"]["ground_truth"]),
+                    data_source=row["data_source"],
+                    family=family,
+                    answer_format=record["answer_format"],
+                    entry=record["entry"],
+                    config=record["config"],
+                )
+            )
+        return problems
+
+    def extract_answer(self, completion: str, answer_format: str | None = None) -> str | None:
+        """The answer in `completion`, in `answer_format` (default: this env's), its last occurrence; None if none."""
+        pattern = ANSWER_FORMATS[answer_format][1] if answer_format else self._answer_pattern
+        matches = pattern.findall(completion)
         return matches[-1].strip() or None if matches else None
 
     def score(self, problem: ReasoningGymProblem, completion: str) -> ScoreResult:
-        pred = self.extract_answer(completion)
+        pred = self.extract_answer(completion, problem.answer_format)
         verdict = 0.0 if pred is None else float(self._datasets[problem.family].score_answer(pred, problem.entry))
         return {"score": 2.0 * verdict - 1.0, "acc": verdict == 1.0, "pred": pred}
 

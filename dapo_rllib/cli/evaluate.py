@@ -47,6 +47,7 @@ from dapo_rllib.reporting.tables import format_table
 from dapo_rllib.rollout.env_runner import VLLMEnvRunner
 from dapo_rllib.tasks.data import load_math_dataset
 from dapo_rllib.tasks.data.code_tasks import is_code_task_file
+from dapo_rllib.tasks.data.env_rows import env_of_data_file
 from dapo_rllib.tasks.env_names import CODE_ENV
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ def _evaluate_model_directory(
     config = DAPOConfig().training(model_path=str(model_dir))
     if is_code_task_file(data):  # HumanEval, MBPP, LiveCodeBench or code-task rows: judged in the sandbox
         config.environment(env=CODE_ENV)
+    elif env_of_data_file(data):  # an environment's own rows (`rllib data convert env:NAME`): read back by it
+        config.environment(env=env_of_data_file(data))
     return _evaluate_dapo(
         config, label, out=out, data=data, max_prompt_length=prompt, max_response_length=response, **options
     )

@@ -5,6 +5,7 @@
     rllib export <checkpoint | GGUF file | packaged model> <out dir>
     rllib doctor <model dir | GGUF file | packaged model> [--dtype D] [--out JSON]
     rllib data convert <problems.jsonl|.parquet|.csv> <out.parquet> [--tokenizer DIR --max-prompt-length N]
+    rllib data convert env:<registered env> <out.parquet> --env-config JSON
     rllib plot <run dir> [--out PNG]
 
 `train file` takes any file that defines an AlgorithmConfig named `config` (and optionally a
@@ -49,6 +50,10 @@ def _export(args) -> None:
         )
     else:
         print(f"Hugging Face model directory: {out} (load with AutoModelForCausalLM.from_pretrained or vllm.LLM)")
+
+
+def _convert(args) -> None:
+    run_convert(args)
 
 
 def _plot(args) -> None:
@@ -175,7 +180,7 @@ def _add_data(commands) -> None:
         help="turn a jsonl/parquet/csv file of problems and answers into DAPO rows (deduplicated, templated, parquet)",
     )
     add_convert_arguments(convert)
-    convert.set_defaults(func=run_convert)
+    convert.set_defaults(func=_convert)
 
 
 def _add_plot(commands) -> None:

@@ -59,7 +59,15 @@ from dapo_rllib.tasks.data.code_tests import (
     program_with_imports,
     tests_to_json,
 )
-from dapo_rllib.tasks.data.datasets import merge_repeats, messages_key, parse_prompt, read_rows, short_repr, write_jsonl
+from dapo_rllib.tasks.data.datasets import (
+    first_row,
+    merge_repeats,
+    messages_key,
+    parse_prompt,
+    read_rows,
+    short_repr,
+    write_jsonl,
+)
 
 #: The row key that holds each kind's tests (and the key of :attr:`CodeTask.ground_truth`).
 ROW_KEY_BY_KIND = {"assert": "tests", "stdio": "stdio", "function": "function", "program": "program"}
@@ -198,12 +206,8 @@ def load_code_tasks(path: str | os.PathLike[str], *, humaneval_style: str = "com
 def is_code_task_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a file whose first row is a code task (of this module's format, or a public
     benchmark's: :mod:`dapo_rllib.tasks.data.code_benchmarks`); False for anything else, a missing file included."""
-    path = Path(path)
-    if not path.is_file():
-        return False
-    try:
-        row = read_rows(path, "dataset")[0]
-    except ValueError:
+    row = first_row(path)
+    if row is None:
         return False
     if benchmark_of(row) is not None:
         return True

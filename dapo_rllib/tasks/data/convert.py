@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import logging
 import math
 import os
@@ -35,6 +36,7 @@ from dapo_rllib.tasks.data.datasets import (
     read_jsonl_rows,
     read_parquet_rows,
 )
+from dapo_rllib.tasks.data.env_rows import is_env_source, write_env_rows
 from dapo_rllib.tasks.data.prompts import DAPO_PROMPT_TEMPLATE, render_prompt_ids
 from dapo_rllib.tasks.env_names import CODE_ENV
 
@@ -282,7 +284,8 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the arguments of :func:`run_convert` to ``parser``."""
     parser.add_argument(
         "input",
-        help="problems to convert: .jsonl, .parquet or .csv; or code tasks (HumanEval, MBPP, LiveCodeBench rows, .jsonl.gz too)",
+        help="problems to convert: .jsonl, .parquet or .csv; code tasks (HumanEval, MBPP, LiveCodeBench rows, "
+        ".jsonl.gz too); or env:NAME, the problems of a registered environment (env:dapo_reasoning_gym)",
     )
     parser.add_argument("output", help="DAPO-format .parquet file to write")
     parser.add_argument(
@@ -318,6 +321,12 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
         help="HumanEval prompts: the model continues the function (completion, the benchmark's) or writes it whole (instruction)",
     )
     parser.add_argument(
+        "--env-config",
+        type=json.loads,
+        default={},
+        help='env:NAME\'s config as JSON, e.g. \'{"task": "basic_arithmetic", "split": "test", "num_problems": 200}\'',
+    )
+    parser.add_argument(
         "--max-prompt-length",
         type=int,
         default=None,
@@ -329,6 +338,10 @@ def run_convert(args: argparse.Namespace) -> ConversionReport | Path:
     """Run :func:`convert_to_dapo` with parsed :func:`add_convert_arguments` arguments and print the report;
     a file of code tasks (a public benchmark's, :mod:`dapo_rllib.tasks.data.code_benchmarks`) is written as
     code-task rows instead."""
+    if is_env_source(args.input):
+        path, count = write_env_rows(args.input, args.env_config, args.output)
+        print(f"{count} problems of {args.input} -> {path} (rllib evaluate --data {path}; or its env's 'dataset')")
+        return path
     if is_code_task_file(args.input):
         tasks = load_code_tasks(args.input, humaneval_style=args.humaneval_style)
         path = write_code_tasks(tasks, args.output)

@@ -244,6 +244,18 @@ def read_rows(path: Path, what: str) -> list[dict[str, Any]]:
     return rows
 
 
+def first_row(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The first row of a dataset file, to tell what kind of file it is; None where `path` is not a readable
+    dataset file (a missing file, another suffix, no rows)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return read_rows(path, "dataset")[0]
+    except ValueError:
+        return None
+
+
 def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
     """Read a parquet file as plain Python rows.
 
