@@ -273,3 +273,25 @@ def test_the_lora_example_is_the_main_job_with_adapters():
     assert stop == main_stop and (lora.lora_rank, lora.lr) == (8, 1e-3) and main.lora_rank is None
     changed = {key for key, value in lora.to_dict().items() if value != main.to_dict()[key]}
     assert changed == {"lora_rank", "lr"}
+
+
+def test_the_real_model_examples_validate_and_the_study_is_three_arms_by_three_seeds():
+    from dapo_rllib.experiments.real_model import STUDY_KEY, arms
+
+    config, stop = load_example("smollm2_reasoning_gym_dapo.py")
+    config.validate()
+    assert (config.model_path, stop) == ("smollm2-135m-instruct", {"training_iteration": 6})
+    study, _ = load_example("smollm2_reasoning_gym_study.py")
+    assert getattr(study, STUDY_KEY) == {"grid_search": ["DAPO", "DAPO + LoRA", "GRPO"]}
+    assert study.seed == {"grid_search": [0, 1, 2]}
+    # The arms differ only where their algorithm or LoRA does: GRPO's clip, aggregation, KL and no dynamic
+    # sampling; LoRA's rank and rate.
+    dapo, lora, grpo = arms().values()
+    assert {k for k in dapo if dapo[k] != lora[k]} == {"lora_rank", "lr"}
+    assert {k for k in dapo if dapo[k] != grpo[k]} == {
+        "clip_eps_high",
+        "clip_ratio_c",
+        "loss_agg_mode",
+        "kl_coef",
+        "dynamic_sampling",
+    }

@@ -16,7 +16,7 @@ from dapo_rllib.cli.train import TrainOptions, add_train_options, train
 from dapo_rllib.experiments.comparison_grid import print_report
 from dapo_rllib.experiments.real_model import ITERATIONS, SEEDS, smollm2_task_config, study_search_space, write_report
 
-base = smollm2_task_config(eval_max_problems=64).env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
+base = smollm2_task_config().env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
 config = study_search_space(base)
 stop = {"training_iteration": ITERATIONS}
 
