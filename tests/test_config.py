@@ -276,7 +276,7 @@ def test_the_lora_example_is_the_main_job_with_adapters():
 
 
 def test_the_real_model_examples_validate_and_the_study_is_three_arms_by_three_seeds():
-    from dapo_rllib.experiments.real_model import STUDY_KEY, arms
+    from dapo_rllib.experiments.real_model import STUDY_KEY, all_arms
 
     config, stop = load_example("smollm2_reasoning_gym_dapo.py")
     config.validate()
@@ -286,7 +286,7 @@ def test_the_real_model_examples_validate_and_the_study_is_three_arms_by_three_s
     assert study.seed == {"grid_search": [0, 1, 2]}
     # The arms differ only where their algorithm or LoRA does: GRPO's clip, aggregation, KL and no dynamic
     # sampling; LoRA's rank and rate.
-    dapo, lora, grpo = arms().values()
+    dapo, lora, grpo = all_arms().values()
     assert {k for k in dapo if dapo[k] != lora[k]} == {"lora_rank", "lr"}
     assert {k for k in dapo if dapo[k] != grpo[k]} == {
         "clip_eps_high",

@@ -26,17 +26,18 @@ from dapo_rllib.reporting.tensorboard import EVAL_BEFORE_TRAINING, evaluation_sc
 
 
 def arms_search_space(
-    config: AlgorithmConfig, arms: Mapping[str, Mapping[str, Any]], *, seeds: int, key: str
+    config: AlgorithmConfig, arms: Mapping[str, Mapping[str, Any]], *, seeds: int | Sequence[int], key: str
 ) -> AlgorithmConfig:
-    """A copy of `config` that Tune expands into every arm x `seeds` seeds (0 .. seeds-1).
+    """A copy of `config` that Tune expands into every arm x `seeds` seeds (0 .. seeds-1, or those listed).
 
     The arm is one grid axis (the config attribute `key` holds its name); each of its settings
     follows it through `tune.sample_from`, so the grid has len(arms) x seeds trials, not a cross
     product of settings. Every arm must set the same keys. The seed also picks the training
     problems' draw order. (Tune passes a `sample_from` function the trial's config dict.)
     """
-    if not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"seeds={seeds!r} must be a positive integer")
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if not seed_list or not all(isinstance(seed, int) and seed >= 0 for seed in seed_list):
+        raise ValueError(f"seeds={seeds!r} must be a positive integer or a list of seeds (integers >= 0)")
     keys = {frozenset(settings) for settings in arms.values()}
     if len(keys) != 1:
         raise ValueError(f"every arm must set the same settings; the arms set {sorted(map(sorted, keys))}")
@@ -45,7 +46,7 @@ def arms_search_space(
     setattr(config, key, tune.grid_search(list(arms)))
     for setting in next(iter(arms.values())):
         setattr(config, setting, tune.sample_from(lambda trial, s=setting: arms[trial[key]][s]))
-    config.seed = tune.grid_search(list(range(seeds)))
+    config.seed = tune.grid_search(seed_list)
     config.env_config = dict(config.env_config) | {"seed": tune.sample_from(lambda trial: trial["seed"])}
     return config
 

@@ -82,19 +82,26 @@ def smollm2_task_config() -> DAPOConfig:
     )
 
 
-def arms() -> dict[str, dict[str, Any]]:
+def all_arms() -> dict[str, dict[str, Any]]:
     """Arm name -> its settings: the algorithm's own (`algorithm_settings`), the learning rate and LoRA."""
     dapo, grpo = (algorithm_settings(name, soft_overlong_buffer=0) for name in ("DAPO", "GRPO"))
+    full = {"lora_rank": None, "lr": FULL_LR, "lora_sync": "auto"}
     return {
-        "DAPO": dapo | {"lora_rank": None, "lr": FULL_LR},
-        "DAPO + LoRA": dapo | {"lora_rank": LORA_RANK, "lr": LORA_LR},
-        "GRPO": grpo | {"lora_rank": None, "lr": FULL_LR},
+        "DAPO": dapo | full,
+        # The merged weights travel, as in full fine-tuning: vLLM's CPU LoRA kernels made serving the adapter
+        # 4x slower here (a validation of 256 samples took 248 s against 59 s, docs/guides/models.md).
+        "DAPO + LoRA": dapo | {"lora_rank": LORA_RANK, "lr": LORA_LR, "lora_sync": "merged"},
+        "GRPO": grpo | full,
     }
 
 
-def study_search_space(config: AlgorithmConfig, *, seeds: int = SEEDS) -> AlgorithmConfig:
-    """A copy of `config` that Tune expands into every arm x `seeds` seeds."""
-    return comparison_grid.arms_search_space(config, arms(), seeds=seeds, key=STUDY_KEY)
+def study_search_space(
+    config: AlgorithmConfig, *, seeds: int | Sequence[int] = SEEDS, arms: Sequence[str] | None = None
+) -> AlgorithmConfig:
+    """A copy of `config` that Tune expands into every one of `arms` (None: all) x `seeds` seeds (0 .. seeds-1,
+    or those listed)."""
+    chosen = {name: settings for name, settings in all_arms().items() if arms is None or name in arms}
+    return comparison_grid.arms_search_space(config, chosen, seeds=seeds, key=STUDY_KEY)
 
 
 def write_report(trial_dirs: Sequence[str | Path], run_dir: str | Path) -> tuple[Path, Path, list[str]]:
@@ -105,7 +112,7 @@ def write_report(trial_dirs: Sequence[str | Path], run_dir: str | Path) -> tuple
         metric=METRIC,
         target=TARGET,
         key=STUDY_KEY,
-        arms=list(arms()),
+        arms=list(all_arms()),
         name="real_model",
         title="SmolLM2-135M-Instruct on reasoning-gym one-digit arithmetic",
         arm_title="arm",

@@ -6,6 +6,7 @@ arm: final held-out avg@4 mean ± std, iterations to +0.10) and `real_model.png`
 directory.
 
     python tuned_examples/dapo/smollm2_reasoning_gym_study.py
+    python tuned_examples/dapo/smollm2_reasoning_gym_study.py --arms GRPO --seeds 1,2
     python tuned_examples/dapo/smollm2_reasoning_gym_study.py --seeds 1 --stop '{"training_iteration": 1}'   # smoke
 """
 
@@ -14,7 +15,14 @@ import argparse
 import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_reasoning_gym")
 from dapo_rllib.cli.train import TrainOptions, add_train_options, train
 from dapo_rllib.experiments.comparison_grid import print_report
-from dapo_rllib.experiments.real_model import ITERATIONS, SEEDS, smollm2_task_config, study_search_space, write_report
+from dapo_rllib.experiments.real_model import (
+    ITERATIONS,
+    SEEDS,
+    all_arms,
+    smollm2_task_config,
+    study_search_space,
+    write_report,
+)
 
 base = smollm2_task_config().env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
 config = study_search_space(base)
@@ -26,12 +34,31 @@ def after_run(outcomes, run_dir) -> None:
     print_report(*write_report([o.logdir for o in outcomes], run_dir), "real-model study")
 
 
+def seeds_arg(text: str) -> int | list[int]:
+    return [int(seed) for seed in text.split(",")] if "," in text else int(text)
+
+
 if __name__ == "__main__":
     parser = add_train_options(
         argparse.ArgumentParser(description="The real-model study (options as for `rllib train file`).")
     )
-    parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per arm (default {SEEDS})")
+    parser.add_argument(
+        "--seeds",
+        type=seeds_arg,
+        default=SEEDS,
+        help=f"seeds per arm: a count N (seeds 0 .. N-1, default {SEEDS}) or a list, e.g. 1,2",
+    )
+    parser.add_argument(
+        "--arms", default=",".join(all_arms()), help=f"comma-separated (default: all, {','.join(all_arms())})"
+    )
     args = parser.parse_args()
     if args.no_tune:
         parser.error("the study is a Tune grid (arms x seeds): drop --no-tune")
-    train(study_search_space(base, seeds=args.seeds), TrainOptions.from_args(args, stop), after_run)
+    unknown = sorted(set(args.arms.split(",")) - set(all_arms()))
+    if unknown:
+        parser.error(f"--arms: unknown {unknown}; the arms are {list(all_arms())}")
+    train(
+        study_search_space(base, seeds=args.seeds, arms=args.arms.split(",")),
+        TrainOptions.from_args(args, stop),
+        after_run,
+    )
