@@ -285,9 +285,9 @@ def test_the_real_model_examples_validate_and_the_study_is_three_arms_by_three_s
     assert getattr(study, STUDY_KEY) == {"grid_search": ["DAPO", "DAPO + LoRA", "GRPO"]}
     assert study.seed == {"grid_search": [0, 1, 2]}
     # The arms differ only where their algorithm or LoRA does: GRPO's clip, aggregation, KL and no dynamic
-    # sampling; LoRA's rank and rate.
+    # sampling; LoRA's rank, rate and sync path.
     dapo, lora, grpo = all_arms().values()
-    assert {k for k in dapo if dapo[k] != lora[k]} == {"lora_rank", "lr"}
+    assert {k for k in dapo if dapo[k] != lora[k]} == {"lora_rank", "lr", "lora_sync"}
     assert {k for k in dapo if dapo[k] != grpo[k]} == {
         "clip_eps_high",
         "clip_ratio_c",

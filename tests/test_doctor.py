@@ -15,7 +15,13 @@ from dapo_rllib.doctor.template_checks import context_check, end_of_turn_check, 
 from dapo_rllib.rollout import vllm_engine
 from tests.rllib_command import RLLIB
 
-SHORT = DoctorSettings(max_prompt_length=256, max_response_length=256, samples=2, max_tokens=48)
+SHORT = DoctorSettings(samples=2, max_tokens=48)
+
+
+def doctor_config(model):
+    """A run of `model` with sequences of 256 + 256 tokens, as the doctor checks it."""
+    return DAPOConfig().training(model_path=str(model), max_prompt_length=256, max_response_length=256)
+
 
 # A template that marks the last assistant turn: the conversation's ids change once another message follows.
 LAST_TURN_MARKED = (
@@ -31,7 +37,7 @@ def by_name(checks):
 
 @pytest.fixture(scope="module")
 def real_model_checks(smollm2_path):
-    return by_name(run_doctor("smollm2-135m-instruct", SHORT))
+    return by_name(run_doctor(doctor_config("smollm2-135m-instruct"), SHORT))
 
 
 def test_the_real_model_passes_every_check(real_model_checks):
@@ -61,7 +67,7 @@ def test_an_engine_that_keeps_its_tied_head_stale_fails_the_sync_check(tiny_mode
     # The fault this project once had: vLLM's CPU reload repacks the embedding but not the output head tied
     # to it, so the engine goes on computing logits with the old head.
     monkeypatch.setattr(vllm_engine, "_retie_layers", lambda model: None)
-    checks = by_name(run_doctor(tiny_model_path, SHORT))
+    checks = by_name(run_doctor(doctor_config(tiny_model_path), SHORT))
     assert checks["log-prob parity"].status == PASS
     stale = checks["weights after one sync"]
     assert stale.status == FAIL

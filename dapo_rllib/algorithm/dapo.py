@@ -49,6 +49,7 @@ from dapo_rllib.algorithm.loss import LossSettings, RolloutCorrectionSettings
 from dapo_rllib.algorithm.runner_fleet import RunnerFleet
 from dapo_rllib.algorithm.validation import EvaluationSettings, as_stats, evaluate_heldout, heldout_results
 from dapo_rllib.columns import Metrics
+from dapo_rllib.doctor.run import check_before_run
 from dapo_rllib.models.lora import LoraSettings, lora_sync_path
 from dapo_rllib.models.resolve import ModelSettings, ensure_policy_model
 from dapo_rllib.models.rl_module import CausalLMRLModule, export_hf_model
@@ -398,34 +399,12 @@ class DAPO(Algorithm):
         # the training runners' engines instead of starting another vLLM engine in the driver.
         return eval_config.evaluation_num_env_runners > 0
 
-    @staticmethod
-    def _run_doctor(config) -> None:
-        """`rllib doctor`'s checks at the run's settings; a failed one stops the run before it starts."""
-        from dapo_rllib.doctor.report import format_table
-        from dapo_rllib.doctor.run import DoctorSettings, run_doctor
-
-        model = config.model_path or config.policy_model_path
-        settings = DoctorSettings(
-            model_dtype=config.model_dtype,
-            max_prompt_length=config.max_prompt_length,
-            max_response_length=config.max_response_length,
-            seed=config.seed or 0,
-        )
-        checks = run_doctor(model, settings)
-        logger.info(format_table(model, checks))
-        failed = [check for check in checks if check.failed]
-        if failed:
-            raise ValueError(
-                f"doctor_at_start: {len(failed)} check(s) of {model} failed: "
-                + "; ".join(f"{check.name}: {check.detail}" for check in failed)
-            )
-
     @override(Algorithm)
     def setup(self, config) -> None:
         # The policy's directory made ready (the tiny default built) before any runner or learner loads it.
         ensure_policy_model(config.model_settings)
         if config.doctor_at_start:
-            self._run_doctor(config)
+            check_before_run(config)
         if config.lora_settings is not None:
             # Resolved (and refused with its reason) before any learner or env runner starts.
             logger.info(f"LoRA rank {config.lora_rank}: {LORA_SYNC_LINES[config.lora_sync_path]}")

@@ -5,19 +5,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.doctor.report import format_table, write_json
 from dapo_rllib.doctor.run import DoctorSettings, run_doctor
 from dapo_rllib.models.resolve import MODEL_DTYPES
 
 
 def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = DoctorSettings()
+    defaults, run = DoctorSettings(), DAPOConfig()
     parser.add_argument(
         "model", help="Hugging Face model directory, GGUF file, or packaged model (smollm2-135m-instruct)"
     )
-    parser.add_argument("--dtype", default=defaults.model_dtype, choices=MODEL_DTYPES, help="model_dtype of the run")
-    parser.add_argument("--max-prompt-length", type=int, default=defaults.max_prompt_length, help="the run's")
-    parser.add_argument("--max-response-length", type=int, default=defaults.max_response_length, help="the run's")
+    parser.add_argument("--dtype", default=run.model_dtype, choices=MODEL_DTYPES, help="model_dtype of the run")
+    parser.add_argument("--max-prompt-length", type=int, default=1024, help="the run's (for the context check)")
+    parser.add_argument("--max-response-length", type=int, default=1024, help="the run's (for the context check)")
     parser.add_argument(
         "--samples", type=int, default=defaults.samples, help="completions of each probe prompt for the parity checks"
     )
@@ -27,11 +28,22 @@ def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_doctor_command(args: argparse.Namespace) -> int:
-    same_names = ("max_prompt_length", "max_response_length", "samples", "max_tokens", "seed")
-    settings = DoctorSettings(model_dtype=args.dtype, **{name: getattr(args, name) for name in same_names})
-    print(f"rllib doctor: loading {args.model} in a learner and in vLLM ({settings.model_dtype}) ...", flush=True)
-    checks = run_doctor(args.model, settings)
+    config = DAPOConfig().training(
+        model_path=args.model,
+        model_dtype=args.dtype,
+        max_prompt_length=args.max_prompt_length,
+        max_response_length=args.max_response_length,
+    )
+    settings = DoctorSettings(samples=args.samples, max_tokens=args.max_tokens, seed=args.seed)
+    print(f"rllib doctor: loading {args.model} in a learner and in vLLM ({args.dtype}) ...", flush=True)
+    checks = run_doctor(config, settings)
     print(format_table(args.model, checks))
     if args.out:
-        print(f"checks written to {write_json(args.out, args.model, dataclasses.asdict(settings), checks)}")
+        report_settings = {
+            "model_dtype": args.dtype,
+            "max_prompt_length": args.max_prompt_length,
+            "max_response_length": args.max_response_length,
+            **dataclasses.asdict(settings),
+        }
+        print(f"checks written to {write_json(args.out, args.model, report_settings, checks)}")
     return 1 if any(check.failed for check in checks) else 0

@@ -19,6 +19,7 @@ from dapo_rllib.columns import Columns
 from dapo_rllib.doctor.report import FAIL, PASS, Check
 from dapo_rllib.rollout.vllm_engine import EngineWeights
 from dapo_rllib.rollout.weight_sync import bucket_tensors, plan_buckets
+from dapo_rllib.tasks.data.prompts import render_prompt_ids
 
 #: Prompts the parity is measured on: the sampled text matters more than the prompts.
 PROBE_PROMPTS = (
@@ -41,8 +42,6 @@ def sample_sequences(llm, tokenizer, *, samples: int, max_tokens: int, seed: int
     vLLM's log-probs)`, the sequences the learner trains on."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
-
-    from dapo_rllib.tasks.data.prompts import render_prompt_ids
 
     prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": text}]) for text in PROBE_PROMPTS]
     params = SamplingParams(

@@ -1,14 +1,22 @@
-"""`run_doctor`: every check of a model, the learner's module and a vLLM engine built as a run builds them."""
+"""`run_doctor`: every check of a run's model, with the learner's module and a vLLM engine built as the run builds
+them; `check_before_run`, the same at a run's start (`doctor_at_start`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
 from dapo_rllib.doctor.engine_checks import engine_checks
-from dapo_rllib.doctor.report import Check
+from dapo_rllib.doctor.report import Check, format_table
 from dapo_rllib.doctor.template_checks import template_checks
+from dapo_rllib.models.resolve import ensure_model_directory
+from dapo_rllib.rollout.vllm_engine import build_vllm_engine
+
+logger = logging.getLogger(__name__)
 
 #: Room for the longest probe prompt (`engine_checks.PROBE_PROMPTS`) in the doctor's engine.
 PROBE_PROMPT_TOKENS = 128
@@ -16,52 +24,55 @@ PROBE_PROMPT_TOKENS = 128
 
 @dataclasses.dataclass(frozen=True)
 class DoctorSettings:
-    """What the doctor checks with: the model's dtype and a run's sequence lengths (as `DAPOConfig.training`
-    names them; the context check's), and the parity sample (`samples` completions of each probe prompt, up to
-    `max_tokens` each)."""
+    """The parity sample: `samples` completions of each probe prompt, up to `max_tokens` each, seeded."""
 
-    model_dtype: str = "float32"
-    max_prompt_length: int = 1024
-    max_response_length: int = 1024
     samples: int = 4
     max_tokens: int = 64
     seed: int = 0
 
 
-def run_doctor(model_path: str, settings: DoctorSettings = DoctorSettings()) -> list[Check]:
-    """The checks of `model_path` (a Hugging Face directory, a GGUF file or a packaged model's name), in the
-    table's order: the learner's module and a vLLM engine load it as a run would, from its directory."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    from dapo_rllib.algorithm.dapo import DAPOConfig
-    from dapo_rllib.models.resolve import ensure_model_directory
-    from dapo_rllib.rollout.vllm_engine import build_vllm_engine
-
-    directory = ensure_model_directory(str(model_path))
-    # The engine holds the probe prompts and their samples: the run's lengths are the context check's.
-    config = DAPOConfig().training(
-        model_path=str(model_path),
-        model_dtype=settings.model_dtype,
-        max_prompt_length=PROBE_PROMPT_TOKENS,
-        max_response_length=settings.max_tokens,
-    )
+def run_doctor(config, settings: DoctorSettings = DoctorSettings()) -> list[Check]:
+    """The checks of the model of `config` (a `DAPOConfig`: its model, dtype and sequence lengths), in the
+    table's order: the learner's module and a vLLM engine load it as the run would, from its directory."""
     config.model_settings.validate()
+    directory = ensure_model_directory(config.model_path) if config.model_path else Path(config.policy_model_path)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model_config = AutoConfig.from_pretrained(directory)
     generation_config = _generation_config(directory, model_config)
     checks = template_checks(
-        tokenizer, model_config, generation_config, settings.max_prompt_length + settings.max_response_length
+        tokenizer, model_config, generation_config, config.max_prompt_length + config.max_response_length
     )
-    module = _learner_module(config, len(tokenizer))
-    llm = build_vllm_engine(config, seed=settings.seed)
+    # The engine holds the probe prompts and their samples: the run's lengths are the context check's.
+    probe = config.copy(copy_frozen=False).training(
+        max_prompt_length=PROBE_PROMPT_TOKENS, max_response_length=settings.max_tokens
+    )
+    module = _learner_module(probe, len(tokenizer))
+    llm = build_vllm_engine(probe, seed=settings.seed)
     engine_settings: dict[str, Any] = {
-        "dtype": settings.model_dtype,
+        "dtype": config.model_dtype,
         "seed": settings.seed,
         "samples": settings.samples,
         "max_tokens": settings.max_tokens,
         "bucket_bytes": config.weight_sync_settings.bucket_bytes,
     }
     return engine_checks(module, llm, tokenizer, engine_settings) + checks
+
+
+def check_before_run(config) -> None:
+    """`run_doctor` at a run's settings, the table logged; a failed check stops the run before it starts.
+
+    Raises:
+        ValueError: A check failed (the message names each with its detail).
+    """
+    model = config.model_path or config.policy_model_path
+    checks = run_doctor(config, DoctorSettings(seed=config.seed or 0))
+    logger.info(format_table(model, checks))
+    failed = [check for check in checks if check.failed]
+    if failed:
+        raise ValueError(
+            f"doctor_at_start: {len(failed)} check(s) of {model} failed: "
+            + "; ".join(f"{check.name}: {check.detail}" for check in failed)
+        )
 
 
 def _learner_module(config, vocabulary: int):
@@ -75,8 +86,6 @@ def _learner_module(config, vocabulary: int):
 
 
 def _generation_config(directory: Path, model_config: Any) -> Any:
-    from transformers import GenerationConfig
-
     if (Path(directory) / "generation_config.json").is_file():
         return GenerationConfig.from_pretrained(directory)
     return model_config

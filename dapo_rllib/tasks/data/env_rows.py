@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dapo_rllib.tasks.data.datasets import first_row
+from dapo_rllib.tasks.problem_env import build_env
 
 #: How `rllib data convert` names an environment as its input: "env:<registered name>".
 ENV_SOURCE_PREFIX = "env:"
@@ -34,8 +35,6 @@ def write_env_rows(source: str, env_config: dict[str, Any], out: str | os.PathLi
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from dapo_rllib.tasks.problem_env import build_env
 
     name = str(source).removeprefix(ENV_SOURCE_PREFIX)
     env = build_env(name, env_config, worker_index=0, num_workers=0)
