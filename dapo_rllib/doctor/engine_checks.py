@@ -37,15 +37,22 @@ PERTURBATION = 0.05
 FORWARD_BATCH = 8
 
 
-def sample_sequences(llm, tokenizer, *, samples: int, max_tokens: int, seed: int) -> list[tuple]:
-    """`samples` completions of each probe prompt at temperature 1, as `(prompt ids, response ids, model mask,
+def sample_sequences(llm, tokenizer, *, samples: int, max_tokens: int, seed: int, temperature: float) -> list[tuple]:
+    """`samples` completions of each probe prompt at the run's sampling `temperature` (the one the learner's
+    log-probs are of), as `(prompt ids, response ids, model mask,
     vLLM's log-probs)`, the sequences the learner trains on."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     prompts = [render_prompt_ids(tokenizer, [{"role": "user", "content": text}]) for text in PROBE_PROMPTS]
     params = SamplingParams(
-        n=samples, temperature=1.0, max_tokens=max_tokens, logprobs=0, flat_logprobs=True, seed=seed, detokenize=False
+        n=samples,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        logprobs=0,
+        flat_logprobs=True,
+        seed=seed,
+        detokenize=False,
     )
     outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
     sequences = []
@@ -92,7 +99,8 @@ def parity_check(name: str, gap: np.ndarray, dtype: str, what: str) -> Check:
 
 
 def perturb_weights(model: torch.nn.Module, seed: int) -> None:
-    """Move every weight by seeded noise of `PERTURBATION` times its standard deviation (in place)."""
+    """Move every weight by seeded noise of `PERTURBATION` times its standard deviation, plus 1e-3 so that a
+    weight of all equal values (a norm's ones) moves too (in place)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in model.parameters():
@@ -118,7 +126,7 @@ def engine_checks(module, llm, tokenizer, settings: dict[str, Any]) -> list[Chec
     moved weights must match the learner's as closely as before, and be far from the old model's."""
     dtype, seed = settings["dtype"], settings["seed"]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    sample = dict(samples=settings["samples"], max_tokens=settings["max_tokens"])
+    sample = dict(samples=settings["samples"], max_tokens=settings["max_tokens"], temperature=settings["temperature"])
     sequences = sample_sequences(llm, tokenizer, seed=seed, **sample)
     before = parity_check("log-prob parity", logprob_gap(module, sequences, pad), dtype, "learner vs vLLM, as loaded")
 

@@ -51,6 +51,7 @@ def run_doctor(config, settings: DoctorSettings = DoctorSettings()) -> list[Chec
     engine_settings: dict[str, Any] = {
         "dtype": config.model_dtype,
         "seed": settings.seed,
+        "temperature": config.temperature,
         "samples": settings.samples,
         "max_tokens": settings.max_tokens,
         "bucket_bytes": config.weight_sync_settings.bucket_bytes,
