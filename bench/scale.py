@@ -8,8 +8,10 @@ every decoder linear layer) in float32 or bfloat16: "qwen2.5-0.5b-shape", "qwen2
 "qwen2.5-0.5b-shape-lora", "qwen2.5-0.5b-shape-lora-bf16", "qwen2.5-0.5b-shape-lora-merged" (the
 adapters merged into the weights that travel, vLLM without LoRA), "qwen2.5-1.5b-shape-lora-bf16",
 "qwen2.5-3b-shape-lora-bf16". Each builds its model locally with random weights (no download: the
-tokenizer is the tiny one, the vocabulary the real size), runs DAPO steps on the arithmetic task
-with one vLLM env runner and the learner in this process, and reports per workload:
+tokenizer is the tiny one, the vocabulary the real size). The real SmolLM2-135M-Instruct (the packaged
+model) runs the 25m workload's step: "smollm2", "smollm2-lora" (the adapter travels), "smollm2-lora-merged",
+each also in bfloat16 ("-bf16"). Every workload runs DAPO steps on the arithmetic task with one vLLM env
+runner and the learner in this process, and reports:
 
     num_parameters, vocab_size
     step_s, generation_s, old_logp_s, update_s, weight_sync_s   mean over the steps after the first
@@ -28,7 +30,7 @@ with one vLLM env runner and the learner in this process, and reports per worklo
                            seconds and its peak memory above the resident (the update's cost
                            follows it: framework_overhead is 1.01 at the 25m workload)
 
-Random weights score 0 on every problem, so dynamic sampling is off (every group is trained).
+Dynamic sampling is off (random weights score 0 on every problem): every group is trained.
 `--smoke` (CI) runs one step of a small shape, in float32 and again with LoRA in bfloat16, and
 sweeps two micro-batch budgets, so the benchmark cannot rot.
 """
@@ -56,6 +58,7 @@ from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.algorithm.learner import CPU_MICRO_BATCH_TOKENS
 from dapo_rllib.algorithm.micro_batching import plan_micro_batches
 from dapo_rllib.columns import Metrics, tag
+from dapo_rllib.models.resolve import ensure_model_directory
 from dapo_rllib.models.tiny import default_cache_dir
 from dapo_rllib.reporting.tensorboard import readable_scalars
 from dapo_rllib.rollout.vllm_engine import cpu_kv_cache_bytes
@@ -63,7 +66,7 @@ from dapo_rllib.rollout.vllm_engine import cpu_kv_cache_bytes
 
 @dataclass(frozen=True)
 class Workload:
-    shape: dict  # Qwen2Config fields
+    shape: dict  # Qwen2Config fields of a random model; empty for a real model (`model`)
     prompts: int
     group_size: int
     max_response_length: int
@@ -71,7 +74,10 @@ class Workload:
     gradient_checkpointing: bool
     lora_rank: int | None = None  # LoRA adapters of this rank on every decoder linear layer; None: full fine-tuning
     dtype: str = "float32"  # model_dtype: the learner computes in it, vLLM serves it
-    lora_sync: str = "auto"  # with LoRA: "auto" (the adapter travels) or "merged" (merged weights, no LoRA in vLLM)
+    lora_sync: str = (
+        "adapter"  # with LoRA: "adapter" (the adapter travels) or "merged" (merged weights, no LoRA in vLLM)
+    )
+    model: str | None = None  # a real model's `model_path` (a packaged name, a GGUF file), in place of a random shape
 
 
 QWEN2_5_0_5B = dict(
@@ -113,6 +119,9 @@ SMALL_25M = Workload(
     max_tokens_per_micro_batch=CPU_MICRO_BATCH_TOKENS,
     gradient_checkpointing=False,
 )
+# The real SmolLM2-135M-Instruct (the packaged model) on the same step as the 25m workload, 16 prompts
+# x 8 x up to 256 tokens: the workload bench/trl_baseline.py compares with TRL on the real model.
+SMOLLM2 = dataclasses.replace(SMALL_25M, shape={}, model="smollm2-135m-instruct")
 WORKLOADS = {
     "25m": SMALL_25M,
     "25m-bf16": dataclasses.replace(SMALL_25M, dtype="bfloat16"),
@@ -129,6 +138,17 @@ WORKLOADS = {
     # setting whose learner and engine fit this machine's 24 GiB together.
     "qwen2.5-1.5b-shape-lora-bf16": Workload(QWEN2_5_1_5B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
     "qwen2.5-3b-shape-lora-bf16": Workload(QWEN2_5_3B, **SHAPE_STEP, lora_rank=16, dtype="bfloat16"),
+}
+# SmolLM2-135M-Instruct: "smollm2", "smollm2-lora" (rank 16, the adapter travels), "smollm2-lora-merged",
+# each in float32 and with a "-bf16" suffix in bfloat16.
+WORKLOADS |= {
+    f"smollm2{lora_suffix}{dtype_suffix}": dataclasses.replace(SMOLLM2, dtype=dtype, **lora)
+    for lora_suffix, lora in (
+        ("", {}),
+        ("-lora", {"lora_rank": 16, "lora_sync": "adapter"}),
+        ("-lora-merged", {"lora_rank": 16, "lora_sync": "merged"}),
+    )
+    for dtype_suffix, dtype in (("", "float32"), ("-bf16", "bfloat16"))
 }
 CORES = os.cpu_count()  # the Ray cluster's CPUs, all of them the env runner's in a synchronous step
 # What `make bench` runs: the shapes' full fine-tuning and LoRA baselines (the rest by name or "all").
@@ -164,6 +184,11 @@ SHAPE_TAGS = {
 def model_dir(shape: dict) -> Path:
     """Where the random model of ``shape`` is cached: one per shape, whatever the dtype or LoRA setting."""
     return default_cache_dir() / ("random-qwen2-" + "-".join(f"{SHAPE_TAGS[k]}{v}" for k, v in shape.items()))
+
+
+def workload_model(workload: Workload) -> Path:
+    """The model directory a workload trains: its real model's (converted once), or its random shape's."""
+    return ensure_model_directory(workload.model) if workload.model else random_model(workload.shape)
 
 
 def random_model(shape: dict) -> Path:
@@ -453,7 +478,7 @@ def main() -> None:
     else:
         chosen = {"default": DEFAULT_WORKLOADS, "all": tuple(WORKLOADS)}.get(args.workload, (args.workload,))
         runs = {name: (WORKLOADS[name], args.steps) for name in chosen}
-    models = {name: random_model(w.shape) for name, (w, _) in runs.items()}
+    models = {name: workload_model(w) for name, (w, _) in runs.items()}
     # A cluster of its own (address="local"), not one another job on this machine started.
     ray.init(address="local", num_cpus=CORES, include_dashboard=False)
     if args.async_only:

@@ -19,6 +19,18 @@ def model_dir(tmp_path):
     return str(tmp_path)
 
 
+# Qwen2.5-0.5B-Instruct's config fields: the examples' and the LoRA sync rule's model, without its weights.
+QWEN2_5_0_5B_CONFIG = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+)
+
+
 def test_defaults_are_the_reference_recipe():
     c = DAPOConfig()
     assert (c.clip_eps_low, c.clip_eps_high, c.clip_ratio_c) == (0.2, 0.28, 10.0)
@@ -220,15 +232,7 @@ def test_0_5b_lora_example_trains_adapters_synced_as_adapters(tmp_path, monkeypa
     from transformers import Qwen2Config
 
     # Qwen2.5-0.5B-Instruct's config (the weights are not needed to resolve the sync path).
-    Qwen2Config(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    ).save_pretrained(tmp_path)
+    Qwen2Config(**QWEN2_5_0_5B_CONFIG).save_pretrained(tmp_path)
     monkeypatch.setenv("DAPO_MODEL_PATH", str(tmp_path))
     monkeypatch.setenv("DAPO_EVAL_DATA", "../shared/data/aime-2024.parquet")  # any file of problems
     config, stop = load_example("qwen2_5_0_5b_instruct_lora_math.py")

@@ -7,14 +7,17 @@ import json
 import numpy as np
 import pytest
 import torch
+from transformers import Qwen2Config
 
 from dapo_rllib.columns import Metrics
-from dapo_rllib.models.lora import adapter_tensors
+from dapo_rllib.models.lora import LoraSettings, adapter_tensors, lora_sync_path
+from tests.test_config import QWEN2_5_0_5B_CONFIG
 from tests.test_dapo_integration import resume_once, tiny_config
 
 # Large enough that one step moves the adapters by far more than float32 noise: an engine left with
 # an old adapter would show a log-prob gap of about 1e-2 (the async run's one-step staleness below).
-LORA = dict(lora_rank=8, lr=2e-3, train_on_partial_batch=True)
+# The adapter path by name: for a model this small on CPU engines "auto" sends merged weights.
+LORA = dict(lora_rank=8, lr=2e-3, train_on_partial_batch=True, lora_sync="adapter")
 
 
 def learner_adapters(algo) -> dict[str, np.ndarray]:
@@ -133,8 +136,10 @@ def test_adapters_vllm_cannot_serve_travel_merged(ray_session, untied_model_path
     from dapo_rllib.models.rl_module import load_causal_lm
 
     targets = ["q_proj", "v_proj", "lm_head"]
-    config = tiny_config(untied_model_path, **LORA, lora_target_modules=targets).env_runners(num_env_runners=1)
-    assert config.lora_sync_path == "merged"  # lora_sync="auto": vLLM serves no adapter on lm_head
+    settings = LORA | {"lora_sync": "auto", "lora_target_modules": targets}
+    config = tiny_config(untied_model_path, **settings).env_runners(num_env_runners=1)
+    # lora_sync="auto": vLLM serves no adapter on lm_head, so merged even where engines on GPUs would serve one.
+    assert lora_sync_path(config.policy_model_path, config.lora_settings, True, "float32") == "merged"
     algo = config.build_algo()
     try:
         results = [algo.train() for _ in range(3)]
@@ -152,6 +157,25 @@ def test_adapters_vllm_cannot_serve_travel_merged(ray_session, untied_model_path
         assert np.abs(head - base).max() > 1e-4  # the head's adapter trained, and its update is in the engine
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "on_gpu", "path"),
+    [
+        ("tiny", "float32", False, "merged"),  # a few MB on CPU engines: vLLM's CPU LoRA kernels cost more
+        ("tiny", "float32", True, "adapter"),  # GPU engines serve the adapter at every size
+        ("0.5b", "bfloat16", False, "merged"),  # 494M x 2 bytes = 0.99 GB <= 1.5 GB
+        ("0.5b", "float32", False, "adapter"),  # 494M x 4 bytes = 1.98 GB > 1.5 GB
+    ],
+)
+def test_auto_sync_sends_merged_weights_of_small_models_to_cpu_engines(
+    tiny_model_path, tmp_path, shape, dtype, on_gpu, path
+):
+    model_path = str(tiny_model_path)
+    if shape == "0.5b":  # Qwen2.5-0.5B's config alone: the rule reads the parameter count from a weightless model
+        Qwen2Config(**QWEN2_5_0_5B_CONFIG).save_pretrained(tmp_path)
+        model_path = str(tmp_path)
+    assert lora_sync_path(model_path, LoraSettings(rank=8), on_gpu, dtype) == path
 
 
 @pytest.mark.parametrize(

@@ -98,6 +98,7 @@ def test_two_zero3_learners_sync_the_adapter_and_resume_exactly(ray_session, tin
         tiny_config(
             tiny_model_path,
             lora_rank=8,
+            lora_sync="adapter",  # the path that streams the adapter gathered from its shards
             lr=2e-3,
             train_on_partial_batch=True,
             deepspeed_config={"zero_optimization": {"stage": 3}},

@@ -226,9 +226,10 @@ class DAPOConfig(AlgorithmConfig):
     @property
     def lora_sync_path(self) -> str | None:
         """How the policy reaches the engines with LoRA: "adapter" or "merged" (`lora_sync`, resolved
-        against the model's layers by `lora_sync_path`); None for full fine-tuning."""
-        settings = self.lora_settings
-        return None if settings is None else lora_sync_path(self.policy_model_path, settings)
+        against the model's layers, size and the engines' device by `lora_sync_path`); None for full
+        fine-tuning."""
+        settings, on_gpu = self.lora_settings, self.num_gpus_per_env_runner > 0
+        return None if settings is None else lora_sync_path(self.policy_model_path, settings, on_gpu, self.model_dtype)
 
     @property
     def minibatch_size_sequences(self) -> int:
@@ -368,8 +369,8 @@ FEATURE_SETTINGS_ATTRIBUTES = tuple(
 
 LORA_SYNC_LINES = {
     "adapter": "adapter-only weight sync (the vLLM engines serve the base model with the adapter)",
-    "merged": "merged weight sync (vLLM cannot serve these adapters: the weights with the adapters merged in "
-    "travel to the engines after each step, as in full fine-tuning)",
+    "merged": "merged weight sync (the weights with the adapters merged in travel to the engines after each step, "
+    "as in full fine-tuning, to engines without LoRA)",
 }
 
 PENDING_GROUPS = "pending_groups"  # checkpoint key: async_rollout's batch for the next step

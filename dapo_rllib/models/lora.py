@@ -41,9 +41,17 @@ from dapo_rllib.rollout.weight_sync import BucketAssembler
 from dapo_rllib.settings import NOT_FLAT, FeatureSettings, require
 from dapo_rllib.vllm_private import adapter_ids, add_adapter, remove_adapter
 
-#: How the adapters reach the engines (`DAPOConfig.lora_sync`): "auto" picks "adapter" where vLLM
-#: can serve every adapter, else "merged".
+#: How the adapters reach the engines (`DAPOConfig.lora_sync`): "auto" picks the faster of the two that
+#: can carry the adapters (`lora_sync_path`).
 LORA_SYNC_MODES = ("auto", "adapter", "merged")
+#: Up to this size of the model's weights (in its dtype), "auto" sends merged weights to CPU engines: vLLM's
+#: CPU LoRA kernels add more generation time per step than streaming the merged model costs. Measured with
+#: `python bench/scale.py --workload NAME` (a step, merged against adapter): SmolLM2-135M-Instruct (0.54 GB
+#: in float32: 109.9 s against 189.8 s) and the Qwen2.5-0.5B shape in bfloat16 (0.99 GB: 27.2 s against
+#: 43.4 s) are faster merged; the 0.5B shape in float32 (1.98 GB: 73.7 s against 60.4 s) is faster with the
+#: adapter, whose sync is 0.2 s against 5.3 s. On GPUs vLLM's LoRA kernels cost little, and the adapter
+#: travels at every size.
+CPU_MERGED_SYNC_MAX_BYTES = 1.5e9
 #: vLLM's allowed `max_lora_rank` values (`vllm.config.lora.MaxLoRARanks`, see `dapo_rllib.vllm_private`); the
 #: engine takes the smallest that holds the rank.
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -70,9 +78,9 @@ class LoraSettings(FeatureSettings):
             (PEFT's matching: "q_proj", "v_proj", ...).
         sync: ``lora_sync``, how the adapters reach the vLLM engines after each step: "adapter" (only
             the adapters travel), "merged" (the weights with the adapters merged in travel, as in full
-            fine-tuning, to engines without LoRA) or "auto" (default: "adapter" where vLLM can serve
-            every adapter, which it can on the decoder's linear layers, else "merged"). The run logs
-            the path.
+            fine-tuning, to engines without LoRA) or "auto" (default: the faster path that can carry
+            the adapters, `lora_sync_path`: "merged" for models up to 1.5 GB on CPU engines or for
+            adapters vLLM cannot serve, else "adapter"). The run logs the path.
         seed: Seed of the adapters' initial A matrices: the config's `seed` (not a setting of its own).
     """
 
@@ -180,10 +188,12 @@ def lora_adapter_config(model_path: str, settings: LoraSettings) -> dict[str, An
     return adapter_config(apply_lora(model, settings))
 
 
-def lora_sync_path(model_path: str, settings: LoraSettings) -> str:
+def lora_sync_path(model_path: str, settings: LoraSettings, engines_on_gpu: bool, dtype: str) -> str:
     """The weight sync path of a LoRA run: "adapter" (vLLM serves the adapter; only it travels) or
     "merged" (the merged weights travel to an engine without LoRA), as ``settings.sync``
-    (`LORA_SYNC_MODES`) asks and the adapters' layers allow.
+    (`LORA_SYNC_MODES`) asks and the adapters' layers allow. "auto" takes "merged" where vLLM cannot
+    serve every adapter, or where the engines run on CPU and the model's weights in ``dtype`` (the
+    `model_dtype`) are at most `CPU_MERGED_SYNC_MAX_BYTES`; else "adapter".
 
     Raises:
         ValueError: ``mode`` is "adapter" and vLLM cannot serve some adapter, or no path can carry the
@@ -193,10 +203,16 @@ def lora_sync_path(model_path: str, settings: LoraSettings) -> str:
     if mode not in LORA_SYNC_MODES:
         raise ValueError(f"lora_sync={mode!r}; expected one of {LORA_SYNC_MODES}")
     adapters = dataclasses.replace(settings, sync="auto")  # the cache key: what the adapters are
-    unservable, tied = _unservable_adapters(model_path, json.dumps(dataclasses.asdict(adapters), sort_keys=True))
+    unservable, tied, num_parameters = _adapter_layout(
+        model_path, json.dumps(dataclasses.asdict(adapters), sort_keys=True)
+    )
     targets = f"lora_target_modules={settings.target_modules!r}"
     if not unservable:
-        return "adapter" if mode != "merged" else "merged"
+        if mode == "auto":
+            weight_bytes = num_parameters * getattr(torch, dtype).itemsize
+            small_on_cpu = not engines_on_gpu and weight_bytes <= CPU_MERGED_SYNC_MAX_BYTES
+            return "merged" if small_on_cpu else "adapter"
+        return mode
     if tied:
         raise ValueError(
             f"{targets} puts adapters on {unservable}: vLLM serves adapters on the decoder's linear layers only, "
@@ -213,9 +229,9 @@ def lora_sync_path(model_path: str, settings: LoraSettings) -> str:
 
 
 @lru_cache(maxsize=8)
-def _unservable_adapters(model_path: str, settings_json: str) -> tuple[list[str], bool]:
+def _adapter_layout(model_path: str, settings_json: str) -> tuple[list[str], bool, int]:
     """(the adapted layers vLLM cannot serve an adapter on, whether one of them is an embedding the
-    model ties to its output layer), from a weightless copy of the model."""
+    model ties to its output layer, the base model's parameter count), from a weightless copy of the model."""
     from accelerate import init_empty_weights
     from peft.tuners.lora import LoraLayer
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -238,7 +254,8 @@ def _unservable_adapters(model_path: str, settings_json: str) -> tuple[list[str]
             unservable.append(name)
             # With tied embeddings one weight serves both layers: a merge would change the other one too.
             tied |= layer.base_layer in (output, embedding) and bool(base.config.tie_word_embeddings)
-    return unservable, tied
+    num_parameters = sum(p.numel() for name, p in base.named_parameters() if "lora_" not in name)
+    return unservable, tied, num_parameters
 
 
 class MergedWeights(Mapping):

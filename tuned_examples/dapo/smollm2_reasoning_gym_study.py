@@ -8,9 +8,14 @@ directory.
     python tuned_examples/dapo/smollm2_reasoning_gym_study.py
     python tuned_examples/dapo/smollm2_reasoning_gym_study.py --arms GRPO --seeds 1,2
     python tuned_examples/dapo/smollm2_reasoning_gym_study.py --seeds 1 --stop '{"training_iteration": 1}'   # smoke
+    python tuned_examples/dapo/smollm2_reasoning_gym_study.py --report-from runs/DAPO_<a> runs/DAPO_<b>
+
+`--report-from` trains nothing: it writes the report from the trials of earlier runs together (seeds or arms
+run at different times), into the last run directory named.
 """
 
 import argparse
+from pathlib import Path
 
 import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_reasoning_gym")
 from dapo_rllib.cli.train import TrainOptions, add_train_options, train
@@ -34,8 +39,17 @@ def after_run(outcomes, run_dir) -> None:
     print_report(*write_report([o.logdir for o in outcomes], run_dir), "real-model study")
 
 
+def report_from(run_dirs: list[Path]) -> None:
+    """real_model.md and real_model.png from the trials of several runs, into the last one."""
+    trials = [trial for run in run_dirs for trial in sorted(run.iterdir()) if (trial / "result.json").is_file()]
+    if not trials:
+        raise SystemExit(f"--report-from: no trial directories (with a result.json) in {[str(d) for d in run_dirs]}")
+    print_report(*write_report(trials, run_dirs[-1]), "real-model study")
+
+
 def seeds_arg(text: str) -> int | list[int]:
-    return [int(seed) for seed in text.split(",")] if "," in text else int(text)
+    """ "3": a count (seeds 0, 1, 2); "1,2" or "2," (seed 2 alone): the seeds themselves."""
+    return [int(seed) for seed in text.split(",") if seed] if "," in text else int(text)
 
 
 if __name__ == "__main__":
@@ -46,12 +60,18 @@ if __name__ == "__main__":
         "--seeds",
         type=seeds_arg,
         default=SEEDS,
-        help=f"seeds per arm: a count N (seeds 0 .. N-1, default {SEEDS}) or a list, e.g. 1,2",
+        help=f"seeds per arm: a count N (seeds 0 .. N-1, default {SEEDS}) or a list, e.g. 1,2 or 2, (seed 2 alone)",
     )
     parser.add_argument(
         "--arms", default=",".join(all_arms()), help=f"comma-separated (default: all, {','.join(all_arms())})"
     )
+    parser.add_argument(
+        "--report-from", nargs="+", type=Path, metavar="RUN_DIR", help="train nothing: report these runs' trials"
+    )
     args = parser.parse_args()
+    if args.report_from:
+        report_from(args.report_from)
+        raise SystemExit(0)
     if args.no_tune:
         parser.error("the study is a Tune grid (arms x seeds): drop --no-tune")
     unknown = sorted(set(args.arms.split(",")) - set(all_arms()))
