@@ -17,7 +17,8 @@ What differs from full fine-tuning, and why:
 - lr 1e-5: ten times the full fine-tuning rate of the reference recipe (1e-6), the factor
   adapters need for the same progress ("LoRA Without Regret", Thinking Machines, 2025).
 - After each step only the adapters (70 MB in float32) travel to the engine, which serves the base
-  model with them (lora_sync="auto" picks this path; it logs which).
+  model with them (lora_sync="auto" picks this path on GPU engines; on CPU engines it sends the
+  merged weights, faster there: docs/scaling/lora.md. It logs which).
 - One GPU: the learner and the engine share it (half each, below); on a CPU machine drop the
   `num_gpus_*` settings and `vllm_engine_kwargs`, the rest holds. `bench/scale.py --workload
   qwen2.5-0.5b-shape-lora-bf16` measures this model's shape with LoRA on this project's CPU
