@@ -2,6 +2,7 @@
 vLLM engines, which sample from exactly the learner's policy after every sync."""
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 from transformers import Qwen2Config
 
 from dapo_rllib.columns import Metrics
-from dapo_rllib.models.lora import LoraSettings, adapter_tensors, lora_sync_path
+from dapo_rllib.models.lora import LoraSettings, _adapter_layout, adapter_tensors, lora_sync_path
 from tests.test_config import QWEN2_5_0_5B_CONFIG
 from tests.test_dapo_integration import resume_once, tiny_config
 
@@ -176,6 +177,13 @@ def test_auto_sync_sends_merged_weights_of_small_models_to_cpu_engines(
         Qwen2Config(**QWEN2_5_0_5B_CONFIG).save_pretrained(tmp_path)
         model_path = str(tmp_path)
     assert lora_sync_path(model_path, LoraSettings(rank=8), on_gpu, dtype) == path
+
+
+def test_the_sync_rule_counts_a_tied_embedding_once(tmp_path):
+    Qwen2Config(**QWEN2_5_0_5B_CONFIG).save_pretrained(tmp_path)
+    settings = json.dumps(dataclasses.asdict(LoraSettings(rank=8)), sort_keys=True)
+    # Qwen2.5-0.5B's 494,032,768 parameters: a weightless copy holds the tied 151,936 x 896 embedding twice.
+    assert _adapter_layout(str(tmp_path), settings)[2] == 494_032_768
 
 
 @pytest.mark.parametrize(

@@ -237,10 +237,11 @@ def _adapter_layout(model_path: str, settings_json: str) -> tuple[list[str], boo
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with init_empty_weights():
-        model = apply_lora(
-            AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path)),
-            LoraSettings(**json.loads(settings_json)),
-        )
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+        num_parameters = model.num_parameters()  # before the adapters join it
+        if getattr(model.config, "tie_word_embeddings", False):  # one weight, which a weightless copy holds twice
+            num_parameters -= model.get_output_embeddings().weight.numel()
+        model = apply_lora(model, LoraSettings(**json.loads(settings_json)))
     base = model.get_base_model()
     # The embedding layers; PEFT wraps the one it adapts (its `base_layer` is the layer).
     output, embedding = (
@@ -254,7 +255,6 @@ def _adapter_layout(model_path: str, settings_json: str) -> tuple[list[str], boo
             unservable.append(name)
             # With tied embeddings one weight serves both layers: a merge would change the other one too.
             tied |= layer.base_layer in (output, embedding) and bool(base.config.tie_word_embeddings)
-    num_parameters = sum(p.numel() for name, p in base.named_parameters() if "lora_" not in name)
     return unservable, tied, num_parameters
 
 
