@@ -10,6 +10,10 @@ from dapo_rllib.doctor.report import format_table, write_json
 from dapo_rllib.doctor.run import DoctorSettings, run_doctor
 from dapo_rllib.models.resolve import MODEL_DTYPES
 
+#: The sequence lengths the context check assumes unless given: a small run's. DAPOConfig's own defaults (the
+#: paper's 2,048 + 20,480) exceed the context of most models one checks before a first run.
+CHECKED_LENGTH = 1024
+
 
 def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     defaults, run = DoctorSettings(), DAPOConfig()
@@ -17,8 +21,12 @@ def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
         "model", help="Hugging Face model directory, GGUF file, or packaged model (smollm2-135m-instruct)"
     )
     parser.add_argument("--dtype", default=run.model_dtype, choices=MODEL_DTYPES, help="model_dtype of the run")
-    parser.add_argument("--max-prompt-length", type=int, default=1024, help="the run's (for the context check)")
-    parser.add_argument("--max-response-length", type=int, default=1024, help="the run's (for the context check)")
+    parser.add_argument(
+        "--max-prompt-length", type=int, default=CHECKED_LENGTH, help="the run's (for the context check)"
+    )
+    parser.add_argument(
+        "--max-response-length", type=int, default=CHECKED_LENGTH, help="the run's (for the context check)"
+    )
     parser.add_argument(
         "--samples", type=int, default=defaults.samples, help="completions of each probe prompt for the parity checks"
     )
