@@ -30,6 +30,9 @@ class Info:
     TOOL_CALLS = "tool_calls"  # tool calls in a turn (a tool step's info); also the assistant message's key
     TOOL_ERRORS = "tool_errors"  # failed tool calls by kind
     TOOL_S = "tool_s"  # seconds a turn's tool calls took
+    INVALID_MOVES = "invalid_moves"  # moves the game refused in the episode (games: TextArena, OpenEnv)
+    ENV_ERROR = "env_error"  # the kind of failure the episode's environment ended in (`tasks.env_failures`)
+    ENV_ERROR_MESSAGE = "env_error_message"  # what that failure said
 
 
 class Extras:
@@ -49,6 +52,8 @@ class Extras:
     ENV_TOKENS = "env_tokens"  # tokens the environment added after the prompt (not trained on)
     TOOL_CALLS = Info.TOOL_CALLS  # tool calls the model made
     TOOL_ERRORS = Info.TOOL_ERRORS  # failed tool calls by kind
+    INVALID_MOVES = Info.INVALID_MOVES  # moves the game refused (0 where the environment has none)
+    ENV_ERROR = Info.ENV_ERROR  # the kind of failure the environment ended the episode in ("" if none)
 
 
 class Columns:
@@ -105,6 +110,11 @@ class Metrics:
     MODEL_TOKENS_MEAN = "model_tokens_mean"  # per episode: tokens the model sampled
     ENV_TOKENS_MEAN = "env_tokens_mean"  # per episode: tokens the environment added (tool results, feedback)
     ENDED_BY = "ended_by"  # a section of its own, under rollout/: share of episodes per `EndReason`
+    INVALID_MOVES = "invalid_moves"  # games: moves the game refused, per episode, mean
+    # Episodes whose environment failed (`dapo_rllib.tasks.env_failures`), per step: a section of its own, under
+    # rollout/, counted by kind; their groups are left out (groups_dropped_env_error) and replaced.
+    ENV_ERRORS = "env_errors"
+    GROUPS_DROPPED_ENV_ERROR = "groups_dropped_env_error"
 
     # timing/: wall seconds of the phases of one training step, logged as RLlib timers
     # (`TIMERS`) next to RLlib's own, which TensorBoard shows under these names.

@@ -57,6 +57,9 @@ class ScoreInfo(TypedDict):
     ground_truth: str
     data_source: str
     broken_task: NotRequired[str | None]  # set by task types whose tests can be broken (code)
+    invalid_moves: NotRequired[int]  # set by games: moves the game refused in the episode
+    env_error: NotRequired[str]  # the episode's environment failed (`dapo_rllib.tasks.env_failures`): the kind
+    env_error_message: NotRequired[str]  # and what it said
 
 
 class ResetInfo(TypedDict):

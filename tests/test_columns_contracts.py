@@ -22,7 +22,7 @@ from dapo_rllib.contracts import (
 def test_info_names_are_the_keys_of_the_info_types():
     assert ScoreResult.__required_keys__ == {Info.SCORE, Info.ACC, Info.PRED}
     assert ScoreResult.__optional_keys__ == {Info.SCORE_TIMED_OUT, Info.BROKEN_TASK}
-    assert ScoreInfo.__optional_keys__ == {Info.BROKEN_TASK}
+    assert ScoreInfo.__optional_keys__ == {Info.BROKEN_TASK, Info.INVALID_MOVES, Info.ENV_ERROR, Info.ENV_ERROR_MESSAGE}
     assert ScoreInfo.__required_keys__ == {
         Info.SCORE,
         Info.ACC,
@@ -47,11 +47,21 @@ def test_info_names_are_the_keys_of_the_info_types():
 
 
 def test_episode_extras_that_copy_the_info_have_its_names():
-    assert (Extras.SCORE, Extras.ACC, Extras.SCORE_TIMED_OUT, Extras.BROKEN_TASK) == (
+    copies = (
+        Extras.SCORE,
+        Extras.ACC,
+        Extras.SCORE_TIMED_OUT,
+        Extras.BROKEN_TASK,
+        Extras.INVALID_MOVES,
+        Extras.ENV_ERROR,
+    )
+    assert copies == (
         Info.SCORE,
         Info.ACC,
         Info.SCORE_TIMED_OUT,
         Info.BROKEN_TASK,
+        Info.INVALID_MOVES,
+        Info.ENV_ERROR,
     )
 
 

@@ -192,11 +192,8 @@ def test_an_answer_cut_at_the_budget_is_truncated_though_the_environment_ended_t
     runner = algo.env_runner
     loop = runner._turn_loop(explore=True)
     loop.budget = 3  # tokens: every answer of the tiny model is longer
-    try:
-        rollouts = [runner._start_episode(MathEnv({"num_problems": 5}), 0, (0, 7, k)) for k in range(4)]
-        loop.run(rollouts)
-    finally:
-        loop.close()
+    rollouts = runner._start_episodes(MathEnv({"num_problems": 5}), loop, [(0, (0, 7, k)) for k in range(4)])
+    loop.run(rollouts)
     for rollout in rollouts:
         assert (rollout.end, len(rollout.turns), rollout.response_length) == (EndReason.ENV, 1, 3)
         assert rollout.truncated

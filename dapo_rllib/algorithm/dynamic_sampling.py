@@ -5,7 +5,9 @@ draw order) and numbers the groups, so that a replaced env runner neither restar
 the epoch and a group's sampling seed follows from its id alone. Each round draws the next
 problems, has the env runners sample and score them (the `sample` callable, see
 `dapo_rllib.rollout.env_runner_group`), and keeps the groups whose `filter_metric` varies: a group all
-right or all wrong has zero advantage everywhere and would only dilute the batch.
+right or all wrong has zero advantage everywhere and would only dilute the batch. A group with an episode
+whose environment failed (`dapo_rllib.tasks.env_failures`) is left out first, and more problems are drawn in
+its place; past `max_env_error_rate` failed episodes in a step, the run stops.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from dapo_rllib.algorithm import core_algos
 from dapo_rllib.algorithm.connectors import episode_value
-from dapo_rllib.columns import Extras, Metrics
+from dapo_rllib.columns import Extras, Info, Metrics
 from dapo_rllib.rollout.env_runner_group import SampleReport
 from dapo_rllib.rollout.turn_loop import EndReason
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
+from dapo_rllib.tasks.env_failures import ENV_ERROR_KINDS
 from dapo_rllib.tasks.problem_env import DrawOrder
 from dapo_rllib.tasks.tools import ToolErrorKind
 
@@ -133,10 +136,12 @@ class GroupSampler:
             rounds += 1
             groups = group_episodes(self._round(num_prompts, metrics))
             generated.extend(groups)
-            groups = without_broken_tasks(groups)
+            groups = without_broken_tasks(without_failed_environments(groups))
             if not cfg.dynamic_sampling:
                 kept.extend(groups)
-                break
+                # Groups left out (a failed environment, a broken task) are replaced: draw that many more.
+                num_prompts = cfg.train_batch_size_prompts - len(kept)
+                continue
             kept.extend(
                 informative_groups(groups, FILTER_METRICS[cfg.filter_metric], cfg.filter_band, cfg.filter_min_std)
             )
@@ -149,6 +154,7 @@ class GroupSampler:
         generation_s = metrics.peek((TIMERS, Metrics.GENERATION_S))
         tokens_per_s = metrics.peek((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS)) / max(generation_s, 1e-9)
         metrics.log_value((TIMERS, Metrics.GENERATION_TOKENS_PER_S), tokens_per_s, window=1)
+        check_env_error_rate(generated, cfg.max_env_error_rate)
         informative = len(kept)
         if informative < cfg.train_batch_size_prompts:
             kept = self._partial_batch_or_raise(kept, generated, rounds)
@@ -250,6 +256,13 @@ class GroupSampler:
                 errors[kind] = errors.get(kind, 0) + count
         for kind, count in errors.items():
             metrics.log_value((Metrics.ROLLOUT, Metrics.TOOL_ERRORS, kind), count, window=1)
+        env_errors = dict.fromkeys(ENV_ERROR_KINDS, 0) | env_error_counts(generated)
+        for kind, count in env_errors.items():
+            metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_ERRORS, kind), count, window=1)
+        dropped = sum(any(g.values(Extras.ENV_ERROR)) for g in generated)
+        metrics.log_value((Metrics.ROLLOUT, Metrics.GROUPS_DROPPED_ENV_ERROR), dropped, window=1)
+        invalid_moves = float(np.mean([episode_value(ep, Extras.INVALID_MOVES) for ep in episodes]))
+        metrics.log_value((Metrics.ROLLOUT, Metrics.INVALID_MOVES), invalid_moves, window=1)
 
     # ----- state: the training data's position ---------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -287,6 +300,53 @@ def without_broken_tasks(groups: list[Group]) -> list[Group]:
         else:
             healthy.append(group)
     return healthy
+
+
+def without_failed_environments(groups: list[Group]) -> list[Group]:
+    """The groups whose episodes' environments all worked: one that failed (its server down, a call timed out)
+    left its episode unscored, so the group's advantages would measure the failure. Those dropped are
+    warned about in one line, with their failures by kind and the last failure's message."""
+    failed = [g for g in groups if any(g.values(Extras.ENV_ERROR))]
+    failed_ids = {g.group_id for g in failed}
+    if failed:
+        counts = env_error_counts(failed)
+        logger.warning(
+            "left out %d group(s) whose environment failed (%s), drawing others in their place; last: %s",
+            len(failed),
+            ", ".join(f"{kind} x{count}" for kind, count in counts.items()),
+            _last_env_error(failed),
+        )
+    return [g for g in groups if g.group_id not in failed_ids]
+
+
+def env_error_counts(groups: list[Group]) -> dict[str, int]:
+    """{kind: episodes whose environment failed with it} over `groups`."""
+    counts: dict[str, int] = {}
+    for group in groups:
+        for kind in group.values(Extras.ENV_ERROR):
+            if kind:
+                counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def check_env_error_rate(groups: list[Group], max_rate: float) -> None:
+    """Raise when more than `max_rate` of the episodes of `groups` (a step's) ended in an environment failure."""
+    counts = env_error_counts(groups)
+    episodes = sum(len(g) for g in groups)
+    failed = sum(counts.values())
+    if failed and failed / episodes > max_rate:
+        kinds = ", ".join(f"{kind}: {count}" for kind, count in counts.items())
+        raise RuntimeError(
+            f"the environment failed in {failed} of the step's {episodes} episodes ({failed / episodes:.0%}), past "
+            f"max_env_error_rate={max_rate} ({kinds}); last failure: {_last_env_error(groups)}. Check the "
+            "environment (its server, its data), or raise env_timeout_s or max_env_error_rate in .training()"
+        )
+
+
+def _last_env_error(groups: list[Group]) -> str:
+    episode = next(ep for g in reversed(groups) for ep in reversed(g.episodes) if episode_value(ep, Extras.ENV_ERROR))
+    info = episode.get_infos(-1)
+    return f"{info[Info.ENV_ERROR]}: {info[Info.ENV_ERROR_MESSAGE]}"
 
 
 def informative_groups(

@@ -19,6 +19,7 @@ own, holding only the sampler.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gymnasium as gym
@@ -47,12 +48,15 @@ from dapo_rllib.models.lora import EngineAdapter, lora_adapter_config
 from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.rollout.timing import RolloutTiming
-from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, TurnLoop
+from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, Turn, TurnLoop
 from dapo_rllib.rollout.vllm_engine import EngineWeights, build_vllm_engine, request_seed, sampling_params
 from dapo_rllib.rollout.weight_sync import TRANSPORTS
+from dapo_rllib.tasks.env_failures import EnvFailure
 from dapo_rllib.tasks.problem_env import build_env
 from dapo_rllib.tasks.rewards.overlong import overlong_penalty
 from dapo_rllib.tasks.tools import load_tool_call_parser
+
+logger = logging.getLogger(__name__)
 
 # Seed streams of training and evaluation requests (see vllm_engine.request_seed). Evaluation
 # reuses its seeds at every evaluation, so accuracy changes reflect the weights, not the dice.
@@ -109,8 +113,6 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def stop(self):
-        self._train_loop.close()
-        self._eval_loop.close()
         if isinstance(self._engine_weights, EngineAdapter):
             self._engine_weights.close()
         self.llm = None
@@ -123,13 +125,25 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         limit = self.config.max_prompt_length
         return list(ids[-limit:]), len(ids) > limit
 
-    def _start_episode(self, env, problem_index: int, seed_stream: tuple[int, ...]) -> EpisodeRollout:
-        """An episode of problem `problem_index` on a twin of `env`, reset and with its prompt rendered."""
-        twin = env.spawn()
-        messages, info = twin.reset(options={Info.PROBLEM_INDEX: problem_index})
-        renderer = self._renderer(env, info[Info.TOOLS])
-        prompt_ids, truncated = self._fitted_prompt(renderer, messages)
-        return EpisodeRollout(twin, prompt_ids, seed_stream, renderer, prompt_truncated=truncated)
+    def _start_episodes(self, env, loop: TurnLoop, starts: list[tuple[int, tuple[int, ...]]]) -> list[EpisodeRollout]:
+        """An episode for each `(problem index, seed stream)` of `starts`, each on a twin of `env`, reset (side by
+        side, on `loop`'s environment calls) and with its prompt rendered; one whose reset failed has ended."""
+        twins = [env.spawn() for _ in starts]
+        resets = loop.env_calls.map(
+            lambda k: twins[k].reset(options={Info.PROBLEM_INDEX: starts[k][0]}), range(len(starts))
+        )
+        rollouts = []
+        for twin, (index, seed_stream), reset in zip(twins, starts, resets):
+            if isinstance(reset, EnvFailure):
+                rollout = EpisodeRollout(twin, index, [], seed_stream, self._renderer(env))
+                rollout.fail(reset)
+            else:
+                messages, info = reset
+                renderer = self._renderer(env, info[Info.TOOLS])
+                prompt_ids, truncated = self._fitted_prompt(renderer, messages)
+                rollout = EpisodeRollout(twin, index, prompt_ids, seed_stream, renderer, prompt_truncated=truncated)
+            rollouts.append(rollout)
+        return rollouts
 
     def _renderer(self, env, tools: list[dict] | None = None) -> TurnRenderer:
         """The turn renderer of `env`'s tools (its reset info's `tools`, or `env.tools`), checked to show
@@ -164,6 +178,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             max_turns=cfg.max_turns,
             budget=cfg.max_response_length,
             seed=lambda stream: request_seed(cfg.seed, *stream),
+            env_timeout_s=cfg.env_timeout_s,
         )
 
     @override(EnvRunner)
@@ -175,11 +190,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         again on another env runner (its own died) gives the same episodes.
         """
         cfg = self.config
-        rollouts = [
-            self._start_episode(self.env, index, (TRAIN_STREAM, group_id, k))
-            for index, group_id in requests
-            for k in range(cfg.group_size)
-        ]
+        starts = [(index, (TRAIN_STREAM, group_id, k)) for index, group_id in requests for k in range(cfg.group_size)]
+        rollouts = self._start_episodes(self.env, self._train_loop, starts)
         for rollout in rollouts:
             if rollout.prompt_truncated:
                 self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
@@ -229,6 +241,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             Extras.ENV_TOKENS: rollout.env_tokens,
             Extras.TOOL_CALLS: rollout.tool_calls,
             Extras.TOOL_ERRORS: rollout.tool_errors,
+            Extras.INVALID_MOVES: int(info.get(Info.INVALID_MOVES, 0)),
+            Extras.ENV_ERROR: info.get(Info.ENV_ERROR, ""),
             WEIGHTS_SEQ_NO: self._held_seq_no,
         }
         ep = SingleAgentEpisode(observation_space=None, action_space=None)
@@ -236,8 +250,10 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             observation=np.asarray(rollout.prompt_ids, dtype=np.int64),
             infos={Info.GROUND_TRUTH: info[Info.GROUND_TRUTH]},
         )
-        last = len(rollout.turns) - 1
-        for t, turn in enumerate(rollout.turns):
+        # An episode whose reset failed has no turn: one empty step carries its values.
+        turns = rollout.turns or [Turn(model_ids=[], logp=[])]
+        last = len(turns) - 1
+        for t, turn in enumerate(turns):
             ep.add_env_step(
                 observation=np.asarray(turn.env_ids, dtype=np.int64),
                 action=np.asarray(turn.model_ids, dtype=np.int64),
@@ -295,11 +311,22 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         count = env.num_problems if max_problems is None else min(max_problems, env.num_problems)
         shards = max(self.num_workers, 1)
         mine = [i for i in range(count) if i % shards == max(self.worker_index - 1, 0)]
-        rollouts = {i: [self._start_episode(env, i, (EVAL_STREAM, i, k)) for k in range(num_samples)] for i in mine}
+        starts = [(i, (EVAL_STREAM, i, k)) for i in mine for k in range(num_samples)]
+        started = self._start_episodes(env, self._eval_loop, starts)
+        rollouts = {i: started[n * num_samples : (n + 1) * num_samples] for n, i in enumerate(mine)}
         bar = tqdm(total=len(mine) * num_samples, desc="evaluating", unit="episode", disable=not progress)
         timing = self._eval_loop.run([r for samples in rollouts.values() for r in samples], progress=bar.update)
         bar.close()
         self.last_sample_timing = timing
+        failed = [r.failure for samples in rollouts.values() for r in samples if r.failure is not None]
+        if failed:
+            logger.warning(
+                "%d of %d validation episodes ended in an environment failure, scored wrong; last: %s: %s",
+                len(failed),
+                len(mine) * num_samples,
+                failed[-1].kind,
+                failed[-1],
+            )
         records = []
         for i, samples in rollouts.items():
             problem = env.problem(i)

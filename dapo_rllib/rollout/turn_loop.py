@@ -2,8 +2,9 @@
 everything else.
 
 Each turn generates for the episodes still running, in one batched vLLM call (a request per episode, with
-its own seed), then hands each model turn to its episode's environment (on a thread pool: tool calls run
-in the sandbox and scoring in the scoring process, so the steps of a round overlap), then appends the
+its own seed), then hands each model turn to its episode's environment (on worker threads, each call with a
+deadline, `dapo_rllib.rollout.env_calls`: tool calls run in the sandbox, scoring in the scoring process, a
+game on its server, so the steps of a round overlap), then appends the
 environment's messages as token ids rendered by the chat template (`dapo_rllib.rollout.chat_turns`). The ids the
 model sampled are kept exactly, with vLLM's log-prob of each; earlier turns are never re-tokenized, and
 vLLM's prefix cache keeps a turn from recomputing the context. A one-turn task is the same loop ending
@@ -11,12 +12,13 @@ after its first step.
 
 An episode ends when its environment says so, at ``max_turns`` model turns, or when its token budget
 (``max_response_length``, every token after the prompt: the model's and the environment's) is spent;
-the env runner then asks the environment to rate the last turn (`ProblemEnv.finish`).
+the env runner then asks the environment to rate the last turn (`ProblemEnv.finish`). An episode whose
+environment fails (raises, times out: `dapo_rllib.tasks.env_failures`) ends there, marked with the failure, for
+the algorithm to leave its group out.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,16 +28,18 @@ from typing import Any
 import numpy as np
 
 from dapo_rllib.columns import Info
-from dapo_rllib.contracts import ScoreInfo, check_score_result
+from dapo_rllib.contracts import ScoreInfo, check_score_result, score_info
 from dapo_rllib.rollout.chat_turns import TurnRenderer
+from dapo_rllib.rollout.env_calls import EnvCalls
 from dapo_rllib.rollout.timing import RolloutTiming
 from dapo_rllib.rollout.vllm_engine import decode_completions
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
+from dapo_rllib.tasks.env_failures import EnvFailure
 from dapo_rllib.tasks.problem_env import ProblemEnv
 from dapo_rllib.tasks.tools import ToolCallParser, load_tool_call_parser
 
-# Environment steps run at once: they mostly wait on child processes (the sandbox's pool, the scoring
-# process), which bound the real parallelism themselves.
+# Environment calls run at once: they mostly wait on child processes (the sandbox's pool, the scoring
+# process) or servers, which bound the real parallelism themselves.
 ENV_STEP_THREADS = 16
 
 
@@ -50,15 +54,30 @@ class TurnSettings(FeatureSettings):
             `<tool_call>{json}</tool_call>`) or "package.module:Class" (`dapo_rllib.tasks.tools`).
         max_tool_response_tokens: A tool's output is cut to this many tokens before the model sees it.
             Default 256.
+        env_timeout_s: Seconds an environment call (reset, a turn's step, finish) may take; past it the
+            episode fails (`rollout/env_errors/timeout`). Default 120: a turn's tests in the sandbox, a game
+            server's step, with room to spare.
+        max_env_error_rate: The share of a step's episodes whose environment may fail (their groups are left
+            out and replaced) before the run stops with an error naming the failures. Default 0.5.
     """
 
     max_turns: int = 8
     tool_call_format: str = "hermes"
     max_tool_response_tokens: int = 256
+    env_timeout_s: float = 120.0
+    max_env_error_rate: float = 0.5
 
     def validate(self) -> None:
         for name in ("max_turns", "max_tool_response_tokens"):
             require(is_positive_int(getattr(self, name)), f"{name}={getattr(self, name)!r} must be a positive integer")
+        require(
+            isinstance(self.env_timeout_s, (int, float)) and self.env_timeout_s > 0,
+            f"env_timeout_s={self.env_timeout_s!r} must be a positive number of seconds",
+        )
+        require(
+            isinstance(self.max_env_error_rate, (int, float)) and 0 <= self.max_env_error_rate <= 1,
+            f"max_env_error_rate={self.max_env_error_rate!r} must be a share between 0 and 1",
+        )
         try:
             load_tool_call_parser(self.tool_call_format)
         except (ValueError, ImportError, AttributeError) as error:
@@ -71,6 +90,7 @@ class EndReason(StrEnum):
     ENV = "env"  # the environment ended it (an answer, tests passed, ...)
     MAX_TURNS = "max_turns"  # the model had its max_turns turns
     BUDGET = "budget"  # the token budget (max_response_length) is spent
+    ENV_ERROR = "env_error"  # the environment failed (`EpisodeRollout.failure`)
 
 
 @dataclass
@@ -90,6 +110,7 @@ class EpisodeRollout:
 
     Attributes:
         env: The environment twin running this episode (reset already).
+        problem_index: The index of its problem in the environment's dataset.
         prompt_ids: The prompt's ids.
         seed_stream: The episode's seed stream (`vllm_engine.request_seed`); the turn number is appended.
         renderer: Renders the environment's messages for this episode's tools.
@@ -97,6 +118,7 @@ class EpisodeRollout:
     """
 
     env: ProblemEnv
+    problem_index: int
     prompt_ids: list[int]
     seed_stream: tuple[int, ...]
     renderer: TurnRenderer
@@ -104,6 +126,7 @@ class EpisodeRollout:
     turns: list[Turn] = field(default_factory=list)
     end: EndReason | None = None
     final_info: ScoreInfo | None = None
+    failure: EnvFailure | None = None  # what the environment failed with (end is ENV_ERROR)
     response_length: int = 0  # tokens after the prompt so far, the model's and the environment's
     budget_spent: bool = False  # a turn hit the token budget, or the environment's reply would have
 
@@ -133,6 +156,14 @@ class EpisodeRollout:
                 errors[kind] = errors.get(kind, 0) + count
         return errors
 
+    def fail(self, failure: EnvFailure) -> None:
+        """End the episode on its environment's failure: unscored (score 0, wrong), the failure in its info."""
+        problem = self.env.problem(self.problem_index)
+        self.end, self.failure = EndReason.ENV_ERROR, failure
+        rating = {Info.SCORE: 0.0, Info.ACC: False, Info.PRED: None, Info.ENV_ERROR: failure.kind}
+        rating[Info.ENV_ERROR_MESSAGE] = str(failure)
+        self.final_info = score_info(rating, ground_truth=problem.ground_truth, data_source=problem.data_source)
+
     @property
     def first_acc(self) -> bool:
         """Whether the first answer was correct: the first turn the environment scored (the final verdict
@@ -156,6 +187,7 @@ class TurnLoop:
         parser: Reads tool calls from a model turn (episodes whose environment has tools).
         max_turns: Model turns an episode may take.
         budget: Tokens an episode may have after its prompt (max_response_length).
+        env_timeout_s: Seconds an environment call may take before its episode fails.
     """
 
     def __init__(
@@ -168,10 +200,11 @@ class TurnLoop:
         max_turns: int,
         budget: int,
         seed: Callable[[tuple[int, ...]], int],
+        env_timeout_s: float,
     ):
         self.generate, self.make_params, self.tokenizer = generate, make_params, tokenizer
         self.parser, self.max_turns, self.budget, self.seed = parser, max_turns, budget, seed
-        self._pool = concurrent.futures.ThreadPoolExecutor(ENV_STEP_THREADS, thread_name_prefix="env-step")
+        self.env_calls = EnvCalls(ENV_STEP_THREADS, env_timeout_s)
 
     def run(self, episodes: Sequence[EpisodeRollout], progress: Callable[[int], None] | None = None) -> RolloutTiming:
         """Drive ``episodes`` to their end; returns the round's timing. ``progress(n)`` is told of each n
@@ -192,9 +225,6 @@ class TurnLoop:
                 if progress is not None:
                     progress(ended)
         return timing
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ----- the phases of a turn ---------------------------------------------------------------------
     def _generate_turn(self, active: Sequence[EpisodeRollout], timing: RolloutTiming) -> list:
@@ -234,14 +264,17 @@ class TurnLoop:
         answers = [i for i in range(len(active)) if i not in set(tool_turns)]
         for indices, phase in ((tool_turns, "tool_s"), (answers, "scoring_s")):
             start = time.perf_counter()
-            stepped = self._pool.map(lambda i: _checked_step(active[i].env, messages[i]), indices)
+            stepped = self.env_calls.map(lambda i: active[i].env.step(messages[i]), indices)
             for i, result in zip(indices, stepped):
-                results[i] = result
+                results[i] = result if isinstance(result, EnvFailure) else _checked_step(active[i].env, result)
             setattr(timing, phase, getattr(timing, phase) + time.perf_counter() - start)
         return results
 
-    def _record_step(self, episode: EpisodeRollout, completion, result: tuple) -> None:
+    def _record_step(self, episode: EpisodeRollout, completion, result: tuple | EnvFailure) -> None:
         """Record a step's outcome and decide whether the episode goes on."""
+        if isinstance(result, EnvFailure):
+            episode.fail(result)
+            return
         messages, reward, terminated, truncated, info = result
         turn = episode.turns[-1]
         turn.reward, turn.info = float(reward), info
@@ -266,14 +299,17 @@ class TurnLoop:
 
     def _finish_cut_episodes(self, episodes: Sequence[EpisodeRollout]) -> None:
         """Rate the last turn of each episode the loop stopped (``ProblemEnv.finish``)."""
-        for episode, (reward, info) in zip(episodes, self._pool.map(lambda e: e.env.finish(), episodes)):
+        for episode, result in zip(episodes, self.env_calls.map(lambda e: e.env.finish(), episodes)):
+            if isinstance(result, EnvFailure):
+                episode.fail(result)
+                continue
+            reward, info = result
             episode.turns[-1].reward += float(reward)
             episode.final_info = _final_info(episode.env, info)
 
 
-def _checked_step(env: ProblemEnv, message) -> tuple:
-    """``env.step(message)``, checked to be a Gymnasium step over chat messages."""
-    result = env.step(message)
+def _checked_step(env: ProblemEnv, result: Any) -> tuple:
+    """What ``env.step`` returned, checked to be a Gymnasium step over chat messages."""
     name = type(env).__name__
     if not (isinstance(result, tuple) and len(result) == 5):
         raise TypeError(f"{name}.step() must return (messages, reward, terminated, truncated, info), got {result!r}")
