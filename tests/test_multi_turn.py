@@ -49,20 +49,24 @@ def test_the_example_env_gives_hints_until_the_guess_is_right(example):
     assert found[:4] == ([], 1.0, True, False) and found[4]["acc"] is True
 
 
+#: Small steps of multi-turn episodes (these tests, and the other environments' that train on games): with
+#: dynamic sampling off every group is trained, informative or not.
+SMALL_MULTI_TURN_STEPS = dict(
+    max_turns=3,
+    max_response_length=96,
+    overlong_buffer_len=0,
+    dynamic_sampling=False,
+    group_size=2,
+    train_batch_size_prompts=4,
+    minibatch_size_prompts=2,
+)
+
+
 def guess_config(model_path, **overrides):
     """Small steps on the docs' guessing game. The tiny arithmetic model guesses the number rarely, so
-    most episodes take all their turns; with dynamic sampling off every group is trained, informative or
-    not."""
-    settings = dict(
-        max_turns=3,
-        max_response_length=96,
-        overlong_buffer_len=0,
-        dynamic_sampling=False,
-        group_size=2,
-        train_batch_size_prompts=4,
-        minibatch_size_prompts=2,
-    )
-    return tiny_config(model_path, **settings | overrides).environment("guess_number", env_config={"num_problems": 40})
+    most episodes take all their turns."""
+    settings = SMALL_MULTI_TURN_STEPS | overrides
+    return tiny_config(model_path, **settings).environment("guess_number", env_config={"num_problems": 40})
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 from dapo_rllib.columns import Metrics
 from envs.textarena_env import MULTI_PLAYER_POINTER, TEST_SEED_OFFSET, TextArenaEnv
 from tests.test_dapo_integration import tiny_config
+from tests.test_multi_turn import SMALL_MULTI_TURN_STEPS
 
 HANOI = {"game": "TowerOfHanoi-v0", "game_options": {"num_disks": 2}, "num_problems": 4}
 
@@ -96,17 +97,10 @@ def test_a_game_whose_data_cannot_be_found_is_refused_naming_it(monkeypatch, tmp
 
 
 def test_dapo_trains_on_a_game_through_its_loop(ray_session, tiny_model_path):
-    config = tiny_config(
-        tiny_model_path,
-        max_prompt_length=512,
-        max_response_length=96,
-        max_turns=3,
-        group_size=2,
-        train_batch_size_prompts=4,
-        minibatch_size_prompts=2,
-        dynamic_sampling=False,
-        overlong_buffer_len=0,
-    ).environment("dapo_textarena", env_config={"game": "GuessTheNumber-v0", "num_problems": 20})
+    # The game's rules make a long first message.
+    config = tiny_config(tiny_model_path, **SMALL_MULTI_TURN_STEPS, max_prompt_length=512).environment(
+        "dapo_textarena", env_config={"game": "GuessTheNumber-v0", "num_problems": 20}
+    )
     algo = config.build_algo()
     try:
         results = [algo.train() for _ in range(2)]
