@@ -487,7 +487,8 @@ def test_a_malformed_environment_step_is_a_clear_error(result, error, pattern):
     from dapo_rllib.rollout.turn_loop import _checked_step
 
     with pytest.raises(error, match=pattern):
-        _checked_step(_ScriptedStep(result), "Answer: 5")
+        env = _ScriptedStep(result)
+        _checked_step(env, env.step("Answer: 5"))
 
 
 def test_an_episode_that_ends_without_a_verdict_is_a_clear_error():
