@@ -132,6 +132,9 @@ class ProblemSamples:
         timed_out: Whether scoring each sample hit the scoring timeout (scored wrong).
         turns: Model turns of each sample's episode (keyword only; empty: not reported).
         tool_calls: Tool calls in each sample's episode (keyword only; empty: not reported).
+        invalid_moves: Moves the game refused in each sample's episode (keyword only; empty: not a game).
+        env_errors: The kind of failure each sample's environment ended in, "" for none (keyword only; empty:
+            none failed). A failed sample counts as wrong.
         first_acc: Whether each sample's first answer was correct (keyword only; empty: the first answer
             was the last). In a task with feedback the model may answer again; ``acc`` is of its last answer.
         broken_task: Why the problem's own tests are broken (keyword only; "": they are not). Its samples
@@ -146,6 +149,8 @@ class ProblemSamples:
     timed_out: Sequence[bool] = field(metadata={_PER_SAMPLE: True})
     turns: Sequence[int] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
     tool_calls: Sequence[int] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
+    invalid_moves: Sequence[int] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
+    env_errors: Sequence[str] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
     first_acc: Sequence[bool] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
     broken_task: str = field(default="", kw_only=True)
 
@@ -193,7 +198,8 @@ class EvalRecord(ProblemSamples):
         first_acc: Sequence[bool] = (),
     ) -> Self:
         """The record of a problem whose samples were scored ``infos`` (``ProblemEnv.score_many``), with each
-        sample's ``length`` in tokens, whether it was ``truncated``, and its ``turns`` and ``tool_calls``."""
+        sample's ``length`` in tokens, whether it was ``truncated``, and its ``turns`` and ``tool_calls``; a game's
+        ``invalid_moves`` and the failures of environments come from the infos."""
         return cls(
             problem_index=problem_index,
             data_source=data_source,
@@ -206,6 +212,13 @@ class EvalRecord(ProblemSamples):
             prompt_truncated=prompt_truncated,
             turns=list(turns),
             tool_calls=list(tool_calls),
+            invalid_moves=_where_any(infos, Info.INVALID_MOVES, 0),
+            env_errors=_where_any(infos, Info.ENV_ERROR, ""),
             first_acc=list(first_acc),
             broken_task=next((info[Info.BROKEN_TASK] for info in infos if info.get(Info.BROKEN_TASK)), ""),
         )
+
+
+def _where_any(infos: Sequence[ScoreInfo], key: str, absent: Any) -> list:
+    """Each info's ``key`` (``absent`` where it has none), or [] when no info has it."""
+    return [info.get(key, absent) for info in infos] if any(key in info for info in infos) else []

@@ -151,3 +151,14 @@ def test_problems_with_broken_tests_are_counted():
     # Its samples count as wrong: avg@2 = (0/2 + 1/2) / 2
     assert (metrics[Metrics.BROKEN_TASKS], metrics["avg@2"]) == (1, 0.25)
     assert Metrics.BROKEN_TASKS not in summarize([fine])["code"]
+
+
+def test_summarize_reports_a_games_invalid_moves_and_the_episodes_whose_environment_failed():
+    def game(acc, invalid_moves, env_errors=()):
+        record = ProblemSamples("game", acc, [None] * 2, [9, 9], [False] * 2, [False] * 2, turns=[3, 2])
+        return dataclasses.replace(record, invalid_moves=invalid_moves, env_errors=list(env_errors))
+
+    metrics = summarize([game([True, False], [0, 3]), game([False, False], [1, 0], ["", "server_down"])])["game"]
+    assert metrics["invalid_moves"] == pytest.approx((0 + 3 + 1 + 0) / 4)
+    assert metrics["env_errors"] == 1  # scored wrong, counted
+    assert "invalid_moves" not in summarize([samples([True])])["math_dapo"]

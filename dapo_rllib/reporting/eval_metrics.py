@@ -85,6 +85,10 @@ def _summarize_source(source: str, problems: list[ProblemSamples]) -> dict[str, 
     }
     if broken := sum(bool(p.broken_task) for p in problems):  # code tasks whose tests fail whatever the answer
         metrics[Metrics.BROKEN_TASKS] = broken
+    if any(p.invalid_moves for p in problems):  # games: moves the game refused, per episode
+        metrics[Metrics.INVALID_MOVES] = float(np.mean([x for p in problems for x in p.invalid_moves or [0] * p.n]))
+    if failed := sum(bool(x) for p in problems for x in p.env_errors):  # episodes whose environment failed
+        metrics[Metrics.ENV_ERRORS] = failed
     # Episodes of several turns, or with tools: how many turns, how often a tool, how good the first answer.
     turns = [x for p in problems for x in p.turns]
     tool_calls = [x for p in problems for x in p.tool_calls]
