@@ -82,6 +82,44 @@ def smollm2_task_config() -> DAPOConfig:
     )
 
 
+#: Validation of a game example: held-out games, 4 samples each.
+GAME_EVAL_GAMES = 48
+
+
+def smollm2_game_config(env: str, env_config: dict[str, Any], iterations: int) -> DAPOConfig:
+    """DAPO on the packaged SmolLM2-135M-Instruct playing a game of up to 4 turns (`env`: "dapo_textarena",
+    "dapo_openenv"): 8 games x 8 episodes per step, up to 256 tokens an episode, lr 1e-5; validation before
+    training and every `iterations // 2` on `GAME_EVAL_GAMES` games of the test split, 4 samples each."""
+    eval_config = {**env_config, "split": "test", "num_problems": GAME_EVAL_GAMES}
+    return (
+        DAPOConfig()
+        .environment(env, env_config={**env_config, "num_problems": 256})
+        .evaluation(
+            evaluation_interval=iterations // 2,
+            eval_num_samples=EVAL_SAMPLES,
+            eval_max_problems=GAME_EVAL_GAMES,
+            evaluation_config={"env_config": eval_config},
+        )
+        .training(
+            model_path=MODEL,
+            max_turns=4,
+            group_size=8,
+            train_batch_size_prompts=8,
+            gen_batch_size_prompts=16,
+            max_num_gen_batches=3,
+            minibatch_size_prompts=8,
+            max_prompt_length=256,
+            max_response_length=256,
+            overlong_buffer_len=0,
+            lr=FULL_LR,
+            lr_warmup_steps=0,
+            weight_decay=0.0,
+        )
+        .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
+        .debugging(seed=0)
+    )
+
+
 def all_arms() -> dict[str, dict[str, Any]]:
     """Arm name -> its settings: the algorithm's own (`algorithm_settings`), the learning rate and LoRA."""
     dapo, grpo = (algorithm_settings(name, soft_overlong_buffer=0) for name in ("DAPO", "GRPO"))

@@ -13,39 +13,13 @@ every 3 iterations.
 import sys
 
 import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_openenv")
-from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.cli.train import run_example
+from dapo_rllib.experiments.real_model import smollm2_game_config
 
 SERVER_COMMAND = [sys.executable, "-m", "envs.openenv_servers.guess_number", "--port", "{port}", "--max-number", "10"]
 ITERATIONS = 6
 
-config = (
-    DAPOConfig()
-    .environment("dapo_openenv", env_config={"server_command": SERVER_COMMAND, "num_problems": 256})
-    .evaluation(
-        evaluation_interval=ITERATIONS // 2,
-        eval_num_samples=4,
-        eval_max_problems=48,
-        evaluation_config={"env_config": {"server_command": SERVER_COMMAND, "split": "test", "num_problems": 48}},
-    )
-    .training(
-        model_path="smollm2-135m-instruct",
-        max_turns=4,
-        group_size=8,
-        train_batch_size_prompts=8,
-        gen_batch_size_prompts=16,
-        max_num_gen_batches=3,
-        minibatch_size_prompts=8,
-        max_prompt_length=256,
-        max_response_length=256,
-        overlong_buffer_len=0,
-        lr=1e-5,
-        lr_warmup_steps=0,
-        weight_decay=0.0,
-    )
-    .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
-    .debugging(seed=0)
-)
+config = smollm2_game_config("dapo_openenv", {"server_command": SERVER_COMMAND}, ITERATIONS)
 stop = {"training_iteration": ITERATIONS}
 
 if __name__ == "__main__":

@@ -8,39 +8,13 @@ docs/guides/environments.md). Validation reports the win rate (avg@4 of the win)
 """
 
 import dapo_rllib  # noqa: F401  (registers "DAPO" and "dapo_textarena")
-from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.cli.train import run_example
+from dapo_rllib.experiments.real_model import smollm2_game_config
 
 GAME = {"game": "GuessTheNumber-v0", "game_options": {"min_number": 1, "max_number": 10, "max_turns": 4}}
 ITERATIONS = 6
 
-config = (
-    DAPOConfig()
-    .environment("dapo_textarena", env_config={**GAME, "num_problems": 256})
-    .evaluation(
-        evaluation_interval=ITERATIONS // 2,
-        eval_num_samples=4,
-        eval_max_problems=48,
-        evaluation_config={"env_config": {**GAME, "split": "test", "num_problems": 48}},
-    )
-    .training(
-        model_path="smollm2-135m-instruct",
-        max_turns=4,
-        group_size=8,
-        train_batch_size_prompts=8,
-        gen_batch_size_prompts=16,
-        max_num_gen_batches=3,
-        minibatch_size_prompts=8,
-        max_prompt_length=256,
-        max_response_length=256,
-        overlong_buffer_len=0,
-        lr=1e-5,
-        lr_warmup_steps=0,
-        weight_decay=0.0,
-    )
-    .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
-    .debugging(seed=0)
-)
+config = smollm2_game_config("dapo_textarena", GAME, ITERATIONS)
 stop = {"training_iteration": ITERATIONS}
 
 if __name__ == "__main__":
