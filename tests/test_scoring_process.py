@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -78,6 +79,19 @@ def test_threads_share_one_child_safely(scoring):
     # Each reply went to the thread that asked: its pred is its own number.
     assert [o.pred for o in outcomes] == [str(n) for n in range(60)]
     assert [o.acc for o in outcomes] == [n % 3 != 0 for n in range(60)]
+
+
+def test_a_child_first_used_from_a_thread_that_then_exits_keeps_serving():
+    # The kernel's death signal follows the thread that started the child; env runners score from a short-lived
+    # thread per call (rollout.env_calls), so a child started there would die with it, call after call.
+    with ScoringProcess() as scoring:
+        started_in_thread = []
+        thread = threading.Thread(target=lambda: started_in_thread.append(child_pid(scoring)))
+        thread.start()
+        thread.join()
+        time.sleep(0.2)  # the death signal, if it came, is delivered by now
+        assert process_exists(started_in_thread[0])
+        assert child_pid(scoring) == started_in_thread[0]
 
 
 def test_hanging_scorer_is_killed_counted_wrong_and_the_next_call_works(scoring):

@@ -38,6 +38,7 @@ import threading
 import time
 import traceback
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Final, Self
 
 from dapo_rllib.columns import Info
@@ -163,7 +164,7 @@ class ScoringProcess:
 
     def _score_in_child(self, scorer_spec: str, response: str, ground_truth: str, timeout_s: float) -> ScoreOutcome:
         if self._child is None:
-            self._child = _Child.start()
+            self._child = _start_child()
         if scorer_spec not in self._child.loaded_scorers:
             # Importing a scorer module is startup work, not scoring time.
             try:
@@ -339,6 +340,16 @@ _READY_FRAME: Final = _frame("ready")
 _LIVE_INSTANCES: weakref.WeakSet[ScoringProcess] = weakref.WeakSet()
 _shared_instance: ScoringProcess | None = None
 _shared_instance_lock = threading.Lock()
+# The kernel kills a child when the *thread* that started it exits (_die_with_parent), and environments score
+# from short-lived threads (an env runner's calls, `rollout.env_calls`): started there, a child lived for one
+# call, and every call paid a new child's start and its scorer's import. Children are started from this one
+# thread instead, which lives as long as the process.
+_starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scoring-process-starter")
+
+
+def _start_child() -> _Child:
+    """A new child, started from the long-lived starter thread."""
+    return _starter.submit(_Child.start).result()
 
 
 def shared_scoring_process() -> ScoringProcess:
@@ -356,8 +367,10 @@ def _close_all() -> None:
 
 
 def _reset_after_fork() -> None:
-    global _shared_instance_lock
+    global _shared_instance_lock, _starter
     _shared_instance_lock = threading.Lock()
+    # The starter's thread did not come along into the forked process.
+    _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scoring-process-starter")
     for instance in list(_LIVE_INSTANCES):
         instance._forget_child_after_fork()
 
@@ -405,8 +418,8 @@ def _handle(request: tuple) -> tuple:
 def _die_with_parent(parent_pid: int) -> None:
     """Have the kernel SIGKILL us when the parent dies, even while we are stuck in C code.
 
-    Linux only. Caveat: the signal comes when the parent *thread* that started us exits;
-    the parent then sees a dead child and starts another.
+    Linux only. The signal comes when the parent *thread* that started us exits, which is why the parent
+    starts children from one long-lived thread (`_start_child`).
     """
     if not sys.platform.startswith("linux"):
         return
