@@ -4,9 +4,9 @@
 #   make bench   - set up, run every benchmark in bench/ (step timing, scoring, scale, transport, TRL)
 #   make bench-smoke - every benchmark in its smoke mode (one short run each; CI runs it)
 #   make ablation - the DAPO paper's ablation, small (6 stages x 3 seeds, under an hour on 2 cores)
-#   make ablation-smoke - the same grid with 1 seed and 2 iterations (CI runs it)
+#   make ablation-smoke - the same grid with 1 seed, 2 iterations, the test suite's model (CI runs it)
 #   make comparison - the registered algorithms side by side (7 x 3 seeds, under an hour on 2 cores)
-#   make comparison-smoke - the same grid with 1 seed and 2 iterations (CI runs it)
+#   make comparison-smoke - the same grid with 1 seed, 2 iterations, the test suite's model (CI runs it)
 #   make lint    - ruff: lint (pyflakes, import order) and format check, settings in pyproject.toml
 #   make docs    - the docs site (mkdocs-material, mkdocs.yml), built with --strict into site/
 PYTHON ?= python3.11
@@ -66,12 +66,19 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 BENCHES := $(wildcard bench/*.py)
+# CI's smoke runs check that each benchmark, the ablation and the comparison still run, not their numbers:
+# they run on the test suite's tiny models (short warm starts; the sums one is built on first use), so that
+# a fresh machine never spends CI's time on a tuned example's full-length build.
+SMOKE_MODELS := DAPO_RLLIB_TINY_RECIPES=test
+# The ablation's and the comparison's grids in smoke mode: one seed, 2 iterations, validation on 24 of the 120
+# held-out problems, at most 2 generation rounds a step (the test model finds few informative groups).
+GRID_SMOKE := --seeds 1 --stop '{"training_iteration": 2}' --config '{"eval_max_problems": 24, "max_num_gen_batches": 2}'
 
 bench: setup
 	for b in $(BENCHES); do $(PY) $$b || exit 1; done
 
 bench-smoke: setup
-	for b in $(BENCHES); do $(PY) $$b --smoke || exit 1; done
+	for b in $(BENCHES); do $(SMOKE_MODELS) $(PY) $$b --smoke || exit 1; done
 
 ablation: setup
 	$(PY) tuned_examples/dapo/tiny_ablation.py
@@ -79,7 +86,7 @@ ablation: setup
 # Exits non-zero unless every trial ran and ablation.md and ablation.png were written.
 ablation-smoke: setup
 	rm -rf runs/ablation_smoke
-	$(PY) tuned_examples/dapo/tiny_ablation.py --seeds 1 --stop '{"training_iteration": 2}' --name ablation_smoke
+	$(SMOKE_MODELS) $(PY) tuned_examples/dapo/tiny_ablation.py $(GRID_SMOKE) --name ablation_smoke
 	test -s runs/ablation_smoke/ablation.md && test -s runs/ablation_smoke/ablation.png
 
 comparison: setup
@@ -88,5 +95,5 @@ comparison: setup
 # Exits non-zero unless every trial ran and comparison.md and comparison.png were written.
 comparison-smoke: setup
 	rm -rf runs/comparison_smoke
-	$(PY) tuned_examples/dapo/algorithm_comparison.py --seeds 1 --stop '{"training_iteration": 2}' --name comparison_smoke
+	$(SMOKE_MODELS) $(PY) tuned_examples/dapo/algorithm_comparison.py $(GRID_SMOKE) --name comparison_smoke
 	test -s runs/comparison_smoke/comparison.md && test -s runs/comparison_smoke/comparison.png

@@ -54,7 +54,7 @@ def generation_rounds(rounds: int, prompts: int) -> dict[str, list[float]]:
     from dapo_rllib.cli.train import load_config_file
     from dapo_rllib.rollout.vllm_engine import build_vllm_engine, request_seed, sampling_params
     from dapo_rllib.tasks.data.prompts import render_prompt_ids
-    from dapo_rllib.tasks.problem_env import build_env
+    from dapo_rllib.tasks.env_factory import build_env
 
     config = load_config_file(TINY_EXAMPLE).config
     llm = build_vllm_engine(config, seed=0)

@@ -70,7 +70,7 @@ SERVER_CONFIG = {"server_command": SERVER_COMMAND, "startup_timeout_s": 300.0}
 IN_PROCESS_ENV = "bench_guess_number_in_process"
 NUM_PROBLEMS = 40
 GUESSES_PER_GAME = 5
-WRONG_GUESS = "My guess: 0"  # below every secret: the game answers "Higher." and goes on
+WRONG_GUESS = "My guess: [0]"  # below every secret: the game answers "Higher: ..." and goes on
 CONCURRENT_EPISODES = (1, 16, 64)
 # Reset and step calls per setting of part 1: enough for stable percentiles, a few seconds per setting.
 CALLS_PER_SETTING = 1536

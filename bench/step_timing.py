@@ -59,7 +59,7 @@ def bare_generate(env_runner, num_prompts: int) -> tuple[int, float, int]:
     from vllm.inputs import TokensPrompt
 
     from dapo_rllib.tasks.data.prompts import render_prompt_ids
-    from dapo_rllib.tasks.problem_env import build_env
+    from dapo_rllib.tasks.env_factory import build_env
 
     cfg, llm = env_runner.config, env_runner.llm
     if not hasattr(env_runner, "bench_env"):

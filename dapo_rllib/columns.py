@@ -2,6 +2,7 @@
 
     Info          keys of an environment's info dicts (typed in `dapo_rllib.contracts`)
     Extras        per-episode values the env runner writes into `extra_model_outputs`
+    CustomData    per-episode values DAPO's driver adds after sampling (the episode's `custom_data`)
     Columns       training-batch columns: RLlib's that DAPO uses, and DAPO's own
     Metrics       metric names, by the section of the results they appear in
 
@@ -10,6 +11,8 @@ A TensorBoard tag is `<section>/<name>` (see `tag`). Plain Python, no Ray: the p
 """
 
 from __future__ import annotations
+
+import enum
 
 
 class Info:
@@ -33,6 +36,15 @@ class Info:
     INVALID_MOVES = "invalid_moves"  # moves the game refused in the episode (games: TextArena, OpenEnv)
     ENV_ERROR = "env_error"  # the kind of failure the episode's environment ended in (`tasks.env_failures`)
     ENV_ERROR_MESSAGE = "env_error_message"  # what that failure said
+    OUTCOME = "outcome"  # games of two players: the player's result, an `Outcome`
+
+
+class Outcome(enum.StrEnum):
+    """A game's result for one player (`Info.OUTCOME`)."""
+
+    WIN = "win"
+    DRAW = "draw"
+    LOSS = "loss"
 
 
 class Extras:
@@ -54,6 +66,17 @@ class Extras:
     TOOL_ERRORS = Info.TOOL_ERRORS  # failed tool calls by kind
     INVALID_MOVES = Info.INVALID_MOVES  # moves the game refused (0 where the environment has none)
     ENV_ERROR = Info.ENV_ERROR  # the kind of failure the environment ended the episode in ("" if none)
+    ROLE = "role"  # the role the episode's policy played (self-play: the game and seat); absent: `DEFAULT_ROLE`
+
+
+DEFAULT_ROLE = "policy"  # the one role of the episodes of a single-agent environment
+
+
+class CustomData:
+    """Values DAPO's driver attaches to a sampled episode (`SingleAgentEpisode.custom_data`, which travels
+    with the episode to the learners and into checkpoints), read by the learner connector."""
+
+    ROLE_BASELINE = "role_baseline"  # adv_estimator="rae": its role's reward baseline, read before its reward moved it
 
 
 class Columns:
@@ -115,6 +138,10 @@ class Metrics:
     # rollout/, counted by kind; their groups are left out (groups_dropped_env_error) and replaced.
     ENV_ERRORS = "env_errors"
     GROUPS_DROPPED_ENV_ERROR = "groups_dropped_env_error"
+    # evaluation/<game source>/: a game's Elo ratings from validation against fixed opponents (`eval_metrics`).
+    ELO = "elo"  # the model's; "elo/<opponent>" each opponent's
+    DRAW_RATE = "draw_rate"  # evaluation/<game source>/vs_<opponent>/: games drawn (won: avg@n)
+    ROLE_BASELINES = "role_baselines"  # adv_estimator="rae": a section of its own, under rollout/: each role's baseline
 
     # timing/: wall seconds of the phases of one training step, logged as RLlib timers
     # (`TIMERS`) next to RLlib's own, which TensorBoard shows under these names.

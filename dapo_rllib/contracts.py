@@ -60,6 +60,7 @@ class ScoreInfo(TypedDict):
     invalid_moves: NotRequired[int]  # set by games: moves the game refused in the episode
     env_error: NotRequired[str]  # the episode's environment failed (`dapo_rllib.tasks.env_failures`): the kind
     env_error_message: NotRequired[str]  # and what it said
+    outcome: NotRequired[str]  # set by games of two players: "win", "draw" or "loss" for the player
 
 
 class ResetInfo(TypedDict):
@@ -137,6 +138,8 @@ class ProblemSamples:
             none failed). A failed sample counts as wrong.
         first_acc: Whether each sample's first answer was correct (keyword only; empty: the first answer
             was the last). In a task with feedback the model may answer again; ``acc`` is of its last answer.
+        outcomes: A game of two players: each sample's result for the model's side, an ``Outcome`` value ("" where
+            its environment failed) (keyword only; empty: not such a game).
         broken_task: Why the problem's own tests are broken (keyword only; "": they are not). Its samples
             count as wrong.
     """
@@ -152,6 +155,7 @@ class ProblemSamples:
     invalid_moves: Sequence[int] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
     env_errors: Sequence[str] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
     first_acc: Sequence[bool] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
+    outcomes: Sequence[str] = field(default_factory=list, kw_only=True, metadata={_PER_SAMPLE: True})
     broken_task: str = field(default="", kw_only=True)
 
     def __post_init__(self) -> None:
@@ -199,7 +203,7 @@ class EvalRecord(ProblemSamples):
     ) -> Self:
         """The record of a problem whose samples were scored ``infos`` (``ProblemEnv.score_many``), with each
         sample's ``length`` in tokens, whether it was ``truncated``, and its ``turns`` and ``tool_calls``; a game's
-        ``invalid_moves`` and the failures of environments come from the infos."""
+        ``invalid_moves`` and ``outcomes`` and the failures of environments come from the infos."""
         return cls(
             problem_index=problem_index,
             data_source=data_source,
@@ -215,6 +219,7 @@ class EvalRecord(ProblemSamples):
             invalid_moves=_where_any(infos, Info.INVALID_MOVES, 0),
             env_errors=_where_any(infos, Info.ENV_ERROR, ""),
             first_acc=list(first_acc),
+            outcomes=_where_any(infos, Info.OUTCOME, ""),
             broken_task=next((info[Info.BROKEN_TASK] for info in infos if info.get(Info.BROKEN_TASK)), ""),
         )
 

@@ -11,14 +11,15 @@ like with like. An episode is one game:
 - the model's turn goes to the game as it is (the game's rules say how to write a move, e.g. ``[5]``): the
   game's own registered wrappers, which would bracket a move for the model or repeat the whole history, are
   left out, since the chat already holds the history;
-- when the game ends, its reward for the player is the episode's (``score``); a positive one is a win
-  (``acc``: for the games here, 1 for a win, 0 or -1 otherwise). A move the game refused counts in
+- when the game ends, its reward for the player is the episode's (``score``); the game's full reward (1) is a
+  win (``acc``). A loss gives 0 or -1, or partial credit: GuessTheNumber, at its turn limit, gives how close
+  the last guess came (``WIN_REWARD``). A move the game refused counts in
   ``invalid_moves`` (`rollout/invalid_moves`); the game decides what one costs (usually a retry, then a loss).
   A game cut at ``max_turns`` is not a win (reward 0).
 
 A game that cannot run here is refused when the environment is built, with what it lacks: one that needs NLTK
 data this machine cannot download (Wordle and the other word games offline), and games of several players
-(multi-agent self-play, issue 36). A game that raises mid-episode fails only its episode (`dapo_rllib.tasks.env_failures`).
+(multi-agent self-play: `envs.textarena_versus_env`). A game that raises mid-episode fails only its episode (`dapo_rllib.tasks.env_failures`).
 """
 
 from __future__ import annotations
@@ -37,20 +38,23 @@ from dapo_rllib.columns import Info
 from dapo_rllib.contracts import ResetInfo, ScoreInfo, score_info
 from dapo_rllib.rollout.env_calls import EnvCalls
 from dapo_rllib.tasks.env_failures import MALFORMED, EnvFailure
+from dapo_rllib.tasks.game_env import split_seeds
 from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, ProblemEnv
 
 #: Value of the "dataset" config key: the games are started from seeds (the only source).
 GENERATED = "generated"
-#: The test split's seeds start this far above the training split's.
-TEST_SEED_OFFSET = 2**31
-#: Games in a split when `num_problems` is None.
-DEFAULT_SPLIT_SIZES = {"train": 1000, "test": 200}
 #: Seconds a game may take to start when the environment is built (a game that downloads data may hang offline).
 BUILD_TIMEOUT_S = 60.0
 #: The reward of a game cut at max_turns before it ended: none (the games here give a loss 0, some -1), not a win.
 UNFINISHED_REWARD = 0.0
+#: A game's reward for a win. Only a win earns it: some games give a loss partial credit (GuessTheNumber at its turn
+#: limit: 1 - |guess - target| / range), which a positive reward would count as a win.
+WIN_REWARD = 1.0
 #: Where the next issue takes up games of several players.
-MULTI_PLAYER_POINTER = "games of two or more players are multi-agent self-play (issue 36: RLlib's MultiAgentEnv)"
+MULTI_PLAYER_POINTER = (
+    "games of two players are multi-agent environments (RLlib's MultiAgentEnv) for self-play: "
+    "envs.textarena_versus_env.TextArenaVersusEnv"
+)
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "dataset": GENERATED,
@@ -78,7 +82,7 @@ class TextArenaEnv(ProblemEnv[GameStart]):
             ``"GuessTheNumber-v0"``, ``"TowerOfHanoi-v0"``, ``"Minesweeper-v0-small"``.
         game_options: Keyword arguments of the game's constructor (``{"num_disks": 3}`` for TowerOfHanoi),
             over those of its registration.
-        split: ``"train"`` (seeds 0, 1, ...) or ``"test"`` (seeds from ``TEST_SEED_OFFSET``: held out).
+        split: ``"train"`` (seeds 0, 1, ...) or ``"test"`` (seeds from ``dapo_rllib.tasks.game_env.TEST_SEED_OFFSET``: held out).
         num_problems: Games in the split (None: 1,000 for train, 200 for test).
         shuffle, seed: The draw order (:class:`ProblemEnv`).
     """
@@ -108,17 +112,12 @@ class TextArenaEnv(ProblemEnv[GameStart]):
             raise ValueError(
                 f"TextArenaEnv 'dataset'={settings['dataset']!r}: games start from seeds; expected {GENERATED!r}"
             )
-        split = settings["split"]
-        if split not in DEFAULT_SPLIT_SIZES:
-            raise ValueError(f"TextArenaEnv 'split'={split!r}; expected 'train' or 'test'")
-        first = TEST_SEED_OFFSET if split == "test" else 0
-        count = settings["num_problems"] or DEFAULT_SPLIT_SIZES[split]
-        return [self._start(seed) for seed in range(first, first + count)]
+        return [self._start(seed) for seed in split_seeds("TextArenaEnv", settings["split"], settings["num_problems"])]
 
     def _start(self, seed: int) -> GameStart:
         game = start_game(self._game_id, self._options, seed)
         return GameStart(
-            messages=({"role": "user", "content": _game_text(game)},),
+            messages=({"role": "user", "content": game_text(game)},),
             ground_truth=f"{self._game_id}#{seed}",
             data_source=f"textarena/{self._game_id}",
             seed=seed,
@@ -130,7 +129,7 @@ class TextArenaEnv(ProblemEnv[GameStart]):
         messages, info = super().reset(seed=seed, options=options)
         self._game = start_game(self._game_id, self._options, self.problem(info[Info.PROBLEM_INDEX]).seed)
         self._invalid_moves = 0
-        _game_text(self._game)  # the opening, which the prompt already holds
+        game_text(self._game)  # the opening, which the prompt already holds
         return messages, info
 
     def step(self, action: str | bytes | Mapping[str, Any]) -> tuple[list[dict], float, bool, bool, dict]:
@@ -142,7 +141,7 @@ class TextArenaEnv(ProblemEnv[GameStart]):
         if not done:
             # A refused move leaves the count of errors above 0 until the next accepted move.
             self._invalid_moves += self._game.state.error_count > 0
-            return [{"role": "user", "content": _game_text(self._game)}], 0.0, False, False, {}
+            return [{"role": "user", "content": game_text(self._game)}], 0.0, False, False, {}
         rewards, game_info = self._game.close()
         player = game_info.get(0, {})
         self._invalid_moves += bool(player.get("invalid_move"))
@@ -162,7 +161,7 @@ class TextArenaEnv(ProblemEnv[GameStart]):
     def _outcome(self, problem: GameStart, reward: float, last_move: str | None, reason: str) -> ScoreInfo:
         rating = {
             Info.SCORE: reward,
-            Info.ACC: reward > 0,
+            Info.ACC: reward >= WIN_REWARD,
             Info.PRED: last_move,
             Info.INVALID_MOVES: self._invalid_moves,
             "reason": reason,
@@ -171,21 +170,26 @@ class TextArenaEnv(ProblemEnv[GameStart]):
 
 
 # ----- TextArena, at arm's length ----------------------------------------------------------------
-def start_game(game_id: str, options: Mapping[str, Any], seed: int) -> Any:
-    """TextArena game `game_id`, without its wrappers, reset for one player with `seed`."""
+def start_game(game_id: str, options: Mapping[str, Any], seed: int, num_players: int = 1) -> Any:
+    """TextArena game `game_id`, without its wrappers, reset for `num_players` with `seed`."""
     game = textarena.make(game_id, **options)
     while hasattr(game, "env"):  # the registered wrappers: the chat keeps the history, the model brackets moves
         game = game.env
-    game.reset(num_players=1, seed=seed)
+    game.reset(num_players=num_players, seed=seed)
     return game
+
+
+def check_game_id(owner: str, game_id: Any) -> None:
+    """Refuse a `game` that is not a TextArena game id, naming the close ones."""
+    if not isinstance(game_id, str) or game_id not in ENV_REGISTRY:
+        close = difflib.get_close_matches(str(game_id), list(ENV_REGISTRY), n=5)
+        raise ValueError(f"{owner} 'game'={game_id!r} is not a TextArena game id; close ones: {close}")
 
 
 def check_single_player_game(game_id: str, options: Mapping[str, Any]) -> None:
     """Refuse, with what is missing, a game that cannot run here: unknown, of several players, or needing data it
     cannot find; a game that does not start within BUILD_TIMEOUT_S (a download hanging offline) too."""
-    if not isinstance(game_id, str) or game_id not in ENV_REGISTRY:
-        close = difflib.get_close_matches(str(game_id), list(ENV_REGISTRY), n=5)
-        raise ValueError(f"TextArenaEnv 'game'={game_id!r} is not a TextArena game id; close ones: {close}")
+    check_game_id("TextArenaEnv", game_id)
     (outcome,) = EnvCalls(max_concurrent=1, timeout_s=BUILD_TIMEOUT_S).map(
         lambda seed: start_game(game_id, options, seed), [0]
     )
@@ -212,7 +216,8 @@ def check_single_player_game(game_id: str, options: Mapping[str, Any]) -> None:
     raise RuntimeError(f"TextArenaEnv 'game'={game_id!r} with options {dict(options)} did not start: {message}")
 
 
-def _game_text(game: Any) -> str:
-    """The game's messages since the last call, the player's own move left out (the chat holds it)."""
+def game_text(game: Any) -> str:
+    """The game's messages to the player to move since its last move, the moves as the players wrote them left
+    out: the chat holds the player's own, and the game describes the other player's."""
     _, observations = game.get_observation()
     return "\n".join(text for _, text, kind in observations if kind != ObservationType.PLAYER_ACTION)

@@ -104,6 +104,8 @@ FILE_PATH = re.compile(r"\b(?:dapo_rllib|envs|bench|tests|tuned_examples)/[\w/.-
 FULL_NAME = re.compile(r"`((?:dapo_rllib|envs)(?:\.\w+)+)|^::: ((?:dapo_rllib|envs)(?:\.\w+)+)", re.M)
 SHORT_NAME = re.compile(r"`(\w+(?:\.\w+)+)")
 FILE_SUFFIXES = {"py", "md", "png", "json", "jsonl", "parquet", "csv", "gz", "txt", "toml", "yml"}
+# A design page names the files it plans in a comment, `<!-- planned: a/b.py c/d.py -->`, until they are written.
+PLANNED = re.compile(r"<!--\s*planned:(.*?)-->", re.S)
 
 
 def modules() -> dict[str, Path]:
@@ -147,8 +149,13 @@ def resolves(name: str, table: dict[str, Path]) -> bool:
 
 
 def stale_code_names(text: str, table: dict[str, Path]) -> list[str]:
-    """The file paths and dotted names of the code in `text` that the source does not have."""
-    stale = [path for path in FILE_PATH.findall(text) if not (ROOT / path).is_file()]
+    """The file paths and dotted names of the code in `text` that the source does not have.
+
+    A planned file is not stale until it is written; then its entry in the plan is (drop it from the list).
+    """
+    planned = {path for paths in PLANNED.findall(text) for path in paths.split()}
+    stale = [f"{path} (written: no longer planned)" for path in sorted(planned) if (ROOT / path).is_file()]
+    stale += [path for path in FILE_PATH.findall(text) if not (ROOT / path).is_file() and path not in planned]
     full = {a or b for a, b in FULL_NAME.findall(text)} - NOT_CODE
     stale += [name for name in sorted(full) if not resolves(name, table)]
     basenames = {module.rsplit(".", 1)[-1] for module in table} - set(PACKAGES)

@@ -173,7 +173,7 @@ def test_plot_renders_a_non_blank_png_from_a_real_run(dapo_run, tmp_path):
     with Image.open(out) as image:
         assert image.format == "PNG"
         pixels = np.asarray(image.convert("RGB"))
-    assert pixels.shape == (1200, 1500, 3)  # 3 x 3 panels
+    assert pixels.shape == (1600, 1500, 3)  # 4 rows x 3 panels of 500 x 400 pixels (11 panels, PANELS)
     # Lines in several colours on a white background, not a blank canvas.
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50
     assert (pixels < 200).any(axis=-1).mean() > 0.01

@@ -22,7 +22,13 @@ from dapo_rllib.contracts import (
 def test_info_names_are_the_keys_of_the_info_types():
     assert ScoreResult.__required_keys__ == {Info.SCORE, Info.ACC, Info.PRED}
     assert ScoreResult.__optional_keys__ == {Info.SCORE_TIMED_OUT, Info.BROKEN_TASK}
-    assert ScoreInfo.__optional_keys__ == {Info.BROKEN_TASK, Info.INVALID_MOVES, Info.ENV_ERROR, Info.ENV_ERROR_MESSAGE}
+    assert ScoreInfo.__optional_keys__ == {
+        Info.BROKEN_TASK,
+        Info.INVALID_MOVES,
+        Info.ENV_ERROR,
+        Info.ENV_ERROR_MESSAGE,
+        Info.OUTCOME,
+    }
     assert ScoreInfo.__required_keys__ == {
         Info.SCORE,
         Info.ACC,

@@ -78,6 +78,7 @@ def test_training_sets_dapo_and_rllib_settings(model_dir):
         ({"policy_loss": "ppo"}, "policy_loss='ppo': unknown policy_loss 'ppo'; valid policy losses: ppo_clip"),
         ({"adv_estimator": "no_such_module:f"}, "adv_estimator='no_such_module:f': No module named 'no_such_module'"),
         ({"max_num_gen_batches": 0}, "max_num_gen_batches=0"),
+        ({"adv_estimator": "rae", "rae_decay": 1.0}, "rae_decay=1.0 must be in "),
         (
             {"attn_implementation": "flash"},
             "attn_implementation='flash'; expected None [(]the device's default[)] or one of",

@@ -13,15 +13,16 @@ from dapo_rllib.columns import Columns, Extras
 PAD = 0
 
 
-def episode(prompt, response, reward, group_id, *, truncated=False, acc=None, rollout_logp=None):
+def episode(prompt, response, reward, group_id, *, truncated=False, acc=None, rollout_logp=None, role=None):
     """A one-turn episode as the env runner builds it."""
     logp = np.full(len(response), -1.0, np.float32) if rollout_logp is None else np.asarray(rollout_logp, np.float32)
-    return turns_episode(prompt, [(response, logp, [])], reward, group_id, truncated=truncated, acc=acc)
+    return turns_episode(prompt, [(response, logp, [])], reward, group_id, truncated=truncated, acc=acc, role=role)
 
 
-def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None, broken_task=""):
+def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None, broken_task="", role=None):
     """An episode of `turns` [(model ids, vLLM log-probs, environment ids after)], shaped as the env runner
-    builds it: a step per turn, the environment's ids the next observation, the reward at the end."""
+    builds it: a step per turn, the environment's ids the next observation, the reward at the end; `role`:
+    the role its policy played, as a self-play env runner marks it (None: a single-agent episode's)."""
     ep = SingleAgentEpisode()
     ep.add_env_reset(observation=np.array(prompt))
     for t, (model_ids, logp, env_ids) in enumerate(turns):
@@ -38,7 +39,8 @@ def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None,
                 Extras.TRUNCATED: truncated,
                 Extras.BROKEN_TASK: broken_task,
                 Extras.ROLLOUT_LOGP: np.asarray(logp, np.float32),
-            },
+            }
+            | ({} if role is None else {Extras.ROLE: role}),
         )
     return ep
 

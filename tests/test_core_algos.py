@@ -435,7 +435,15 @@ NAN = float("nan")
 
 def test_builtin_names():
     assert policy_losses() == ("ppo_clip", "gspo_token", "gspo", "cispo", "clip_cov", "kl_cov")
-    assert adv_estimators() == ("grpo", "dr_grpo", "rloo", "opo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+    assert adv_estimators() == (
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "opo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "rae",
+    )
     assert policy_loss_fn("ppo_clip") is compute_policy_loss
     assert adv_estimator_fn("grpo") is compute_group_advantages
 

@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG, build_env
+from dapo_rllib.tasks.env_factory import build_env
+from dapo_rllib.tasks.problem_env import PROBLEM_CONFIG
 from envs import ProblemEnv
 from tests.doc_examples import doc_example, example_module
 

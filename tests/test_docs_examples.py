@@ -86,5 +86,11 @@ def test_a_name_the_source_lacks_is_stale():
     assert stale_code_names(text, MODULES) == ["dapo_rllib/no_such.py", "core_algos.gone"]
 
 
+def test_a_planned_file_is_stale_only_once_it_is_written():
+    text = "`dapo_rllib/to_come.py`, `dapo_rllib/algorithm/dapo.py` <!-- planned: dapo_rllib/to_come.py\n"
+    text += "dapo_rllib/algorithm/dapo.py -->"
+    assert stale_code_names(text, MODULES) == ["dapo_rllib/algorithm/dapo.py (written: no longer planned)"]
+
+
 def test_the_readme_reads_in_five_minutes():
     assert len(README.read_text().splitlines()) <= 250

@@ -62,7 +62,7 @@ _BUILD_BY_NAME = textwrap.dedent(
     f"""
     import inspect, json
     import dapo_rllib
-    from dapo_rllib.tasks.problem_env import build_env
+    from dapo_rllib.tasks.env_factory import build_env
 
     env = build_env({ENV_NAME!r}, {{"split": "test"}}, worker_index=0, num_workers=0)
     (problem,) = env.draw(1)

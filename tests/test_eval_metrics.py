@@ -5,7 +5,8 @@ import itertools
 
 import pytest
 
-from dapo_rllib.columns import Metrics
+from dapo_rllib.columns import Metrics, Outcome
+from dapo_rllib.reporting.elo import elo_ratings
 from dapo_rllib.reporting.eval_metrics import ProblemSamples, k_values, majority_correct, pass_at_k, summarize
 
 
@@ -162,3 +163,30 @@ def test_summarize_reports_a_games_invalid_moves_and_the_episodes_whose_environm
     assert metrics["invalid_moves"] == pytest.approx((0 + 3 + 1 + 0) / 4)
     assert metrics["env_errors"] == 1  # scored wrong, counted
     assert "invalid_moves" not in summarize([samples([True])])["math_dapo"]
+
+
+def test_a_game_against_fixed_opponents_reports_its_draws_and_the_elo_ratings():
+    def versus(opponent, outcomes):
+        n = len(outcomes)
+        acc = [outcome == Outcome.WIN for outcome in outcomes]
+        return ProblemSamples(
+            f"nim/vs_{opponent}", acc, [None] * n, [5] * n, [False] * n, [False] * n, outcomes=outcomes
+        )
+
+    even = summarize([versus("random_legal", ["win", "loss"]), versus("random_legal", ["draw", "draw"])], elo_anchor="random_legal")  # fmt: skip
+    # A win, a loss and two draws: 2 of 4 points, even with the anchor, so both are at the anchor's rating.
+    assert even["nim"] == pytest.approx({"elo": 1000.0, "elo/random_legal": 1000.0})
+    assert even["nim/vs_random_legal"]["avg@2"] == 0.25  # wins: (1/2 + 0/2) / 2
+    assert even["nim/vs_random_legal"]["draw_rate"] == 0.5  # 2 of 4
+
+    games = [versus("random_legal", ["win", "win", "win", "loss"]), versus("heuristic", ["loss", "loss", "draw", ""])]
+    ratings = summarize(games, elo_anchor="random_legal")["nim"]
+    # The game whose environment failed ("") has no result: 7 games rated, a draw half a point.
+    played = [("model", "random_legal", 1)] * 3 + [("model", "random_legal", 0)]
+    played += [("model", "heuristic", 0)] * 2 + [("model", "heuristic", 0.5)]
+    expected = elo_ratings(played, anchor="random_legal")
+    assert ratings == pytest.approx({"elo": expected["model"], "elo/random_legal": 1000.0, "elo/heuristic": expected["heuristic"]})  # fmt: skip
+    assert ratings["elo/heuristic"] > ratings["elo"] > 1000.0  # it beat the random mover and lost to best play
+    # An anchor that did not play: the prior's virtual player stays at 1000.
+    assert summarize(games, elo_anchor="nobody")["nim"]["elo"] == pytest.approx(elo_ratings(played)["model"])
+    assert "nim" not in summarize([samples([True])]) and "draw_rate" not in summarize([samples([True])])["math_dapo"]

@@ -30,7 +30,10 @@ from envs.openenv_servers.session import REQUEST_TIMEOUT
 from tests.test_dapo_integration import tiny_config
 from tests.test_multi_turn import SMALL_MULTI_TURN_STEPS
 
-RULES = "I am thinking of a whole number from 1 to 10. Guess it: reply with one number."
+RULES = (
+    "I am thinking of a whole number from 1 to 10. Guess it: write your guess in square brackets, for example [5]. "
+    "After each guess I tell you whether my number is higher or lower."
+)
 
 
 def guess_command(*options: str) -> list[str]:
@@ -103,24 +106,25 @@ def test_a_game_gives_hints_until_the_number_is_found(env):
         "epoch": 0,
         "tools": [],
     }
-    lower = twin.step("My guess: 5")
-    assert lower[:4] == ([{"role": "user", "content": "Lower."}], 0.0, False, False)
+    lower = twin.step("My guess is [5], not [1]... well, [5] of 10")  # the last bracketed number
+    assert lower[:4] == ([{"role": "user", "content": "Lower: my number is less than 5."}], 0.0, False, False)
     assert (lower[4]["score"], lower[4]["acc"], lower[4]["pred"]) == (-1.0, False, "5")
-    assert twin.step("no idea")[:2] == ([{"role": "user", "content": "Reply with one number."}], 0.0)
-    assert twin.step({"role": "assistant", "content": "3", "tool_calls": []})[0] == [
-        {"role": "user", "content": "Higher."}
+    no_guess = [{"role": "user", "content": "Write your guess in square brackets, for example [5]."}]
+    assert twin.step("no idea")[:2] == (no_guess, 0.0)
+    assert twin.step({"role": "assistant", "content": "[3]", "tool_calls": []})[0] == [
+        {"role": "user", "content": "Higher: my number is more than 3."}
     ]
-    found = twin.step("It is 4")
+    found = twin.step("It is 4")  # no brackets: the last number
     assert found[:4] == ([], 1.0, True, False)
     assert (found[4]["acc"], found[4]["pred"], found[4]["data_source"]) == (True, "4", "openenv/guess_number")
     with pytest.raises(RuntimeError, match="without an active episode"):
-        twin.step("4")
+        twin.step("[4]")
 
 
 def test_finish_rates_the_last_guess_of_an_unfinished_game_as_wrong(env):
     twin = env.spawn()
     twin.reset(options={"problem_index": 0})
-    twin.step("9")
+    twin.step("[9]")
     reward, info = twin.finish()
     assert (reward, info["acc"], info["pred"], info["score_timed_out"]) == (-1.0, False, "9", False)
 
@@ -129,13 +133,13 @@ def test_problem_i_is_seed_i_and_the_same_seed_is_the_same_game(env):
     assert env.problem(5).reset_kwargs == {"seed": 5}
     test_split = OpenEnvEnv({"server_command": guess_command(), "split": "test", "num_problems": 2})
     assert test_split.problem(1).reset_kwargs == {"seed": 1_000_000_001}
-    guesses = ["5", "8", "6", "7"]  # seed 0's secret is 7
+    guesses = ["[5]", "[8]", "[6]", "[7]"]  # seed 0's secret is 7
     first, second = play(env, 0, guesses), play(env, 0, guesses)
     assert first == second
     assert [step[0] for step in first[1:]] == [
-        [{"role": "user", "content": "Higher."}],
-        [{"role": "user", "content": "Lower."}],
-        [{"role": "user", "content": "Higher."}],
+        [{"role": "user", "content": "Higher: my number is more than 5."}],
+        [{"role": "user", "content": "Lower: my number is less than 8."}],
+        [{"role": "user", "content": "Higher: my number is more than 6."}],
         [],
     ]
 
@@ -144,7 +148,7 @@ def test_twins_play_at_once_each_its_own_game(env):
     # 16 episodes of two games on a pool, as the env runner steps them: each keeps its own game on the server.
     problems = [0, 3] * 8
     with ThreadPoolExecutor(8) as pool:
-        games = list(pool.map(lambda i: play(env, i, ["5", "6", "7"] if i == 0 else ["5", "4"]), problems))
+        games = list(pool.map(lambda i: play(env, i, ["[5]", "[6]", "[7]"] if i == 0 else ["[5]", "[4]"]), problems))
     # seed 0's secret is 7 (found at the third guess), seed 3's is 4 (at the second)
     ends = {(i, tuple(step[2] for step in game[1:])) for i, game in zip(problems, games)}
     assert ends == {(0, (False, False, True)), (3, (False, True))}
@@ -152,9 +156,9 @@ def test_twins_play_at_once_each_its_own_game(env):
 
 def test_url_mode_plays_on_a_server_already_running(env):
     by_url = OpenEnvEnv({"url": env.server_url, "num_problems": 8})
-    assert play(by_url, 3, ["4"])[1][:3] == ([], 1.0, True)
+    assert play(by_url, 3, ["[4]"])[1][:3] == ([], 1.0, True)
     by_url.close()  # not its server: it keeps running
-    assert play(env, 3, ["4"])[1][:3] == ([], 1.0, True)
+    assert play(env, 3, ["[4]"])[1][:3] == ([], 1.0, True)
 
 
 def test_nothing_listening_at_the_url_is_server_down_at_once():
@@ -238,7 +242,7 @@ def test_a_slow_server_fails_the_step_within_the_request_timeout():
         twin.reset(options={"problem_index": 0})
         start = time.monotonic()
         with pytest.raises(EnvFailure, match="no answer .* within 1.0 s") as failure:
-            twin.step("5")
+            twin.step("[5]")
         assert failure.value.kind == REQUEST_TIMEOUT
         assert time.monotonic() - start < 2.0  # 1.00 s here
     finally:
@@ -252,9 +256,9 @@ def test_a_killed_server_fails_the_episode_in_flight_and_the_next_reset_restarts
         twin.reset(options={"problem_index": 3})
         killed = kill_server(env)
         with pytest.raises(EnvFailure) as failure:
-            twin.step("5")
+            twin.step("[5]")
         assert failure.value.kind == SERVER_DOWN
-        assert play(env, 3, ["4"])[1][:3] == ([], 1.0, True)
+        assert play(env, 3, ["[4]"])[1][:3] == ([], 1.0, True)
         assert env._server.pid != killed
         assert f"exited with code {-signal.SIGKILL}; starting another" in caplog.text
     finally:
@@ -264,7 +268,7 @@ def test_a_killed_server_fails_the_episode_in_flight_and_the_next_reset_restarts
 def test_the_server_starts_at_the_first_reset_logs_to_a_file_and_stops_with_the_environment():
     env = OpenEnvEnv({"server_command": guess_command(), "num_problems": 8})
     assert env._server.pid is None  # building the environment (as the driver does) starts nothing
-    play(env, 3, ["4"])
+    play(env, 3, ["[4]"])
     pid, log = env._server.pid, env._server.log_path
     assert log.read_text().startswith("--- ") and "starting" in log.read_text()
     env.close()
@@ -284,7 +288,7 @@ def test_a_shared_server_is_one_process_and_whoever_comes_next_restarts_it_after
         with pytest.raises(EnvFailure) as failure:
             play(second, 3, [])
         assert failure.value.kind == SERVER_DOWN
-        assert play(second, 3, ["4"])[1][:3] == ([], 1.0, True)
+        assert play(second, 3, ["[4]"])[1][:3] == ([], 1.0, True)
         assert second._server.pid is not None
     finally:
         owner.close()

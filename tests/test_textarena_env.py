@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dapo_rllib.columns import Metrics
-from envs.textarena_env import MULTI_PLAYER_POINTER, TEST_SEED_OFFSET, TextArenaEnv
+from dapo_rllib.tasks.game_env import TEST_SEED_OFFSET
+from envs.textarena_env import MULTI_PLAYER_POINTER, TextArenaEnv
 from tests.test_dapo_integration import tiny_config
 from tests.test_multi_turn import SMALL_MULTI_TURN_STEPS
 

@@ -26,12 +26,22 @@ from ray.rllib.utils.metrics import TIMERS
 
 from dapo_rllib.algorithm import core_algos
 from dapo_rllib.algorithm.micro_batching import plan_for_batch, take
-from dapo_rllib.columns import Columns, Extras, Metrics
+from dapo_rllib.columns import Columns, CustomData, Extras, Metrics
 
 
 def episode_value(episode, key: str):
     """The value of an episode-wide `extra_model_outputs` key (the env runner sets it at every step)."""
     return episode.get_extra_model_outputs(key, 0)
+
+
+def role_baseline(episode) -> float:
+    """The reward baseline DAPO's driver gave the episode's role (`algorithm.role_baselines`, adv_estimator="rae")."""
+    if CustomData.ROLE_BASELINE not in episode.custom_data:
+        raise ValueError(
+            f"episode {episode.id_} has no role baseline (custom_data[{CustomData.ROLE_BASELINE!r}]): the estimator "
+            "takes one per episode, which DAPO's training_step gives the episodes it trains on"
+        )
+    return episode.custom_data[CustomData.ROLE_BASELINE]
 
 
 def episode_sequence(episode) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -136,7 +146,8 @@ class GroupAdvantages(ConnectorV2):
     def __init__(self, *args, estimator: str = "grpo", **kwargs):
         super().__init__(*args, **kwargs)
         self.estimator = estimator
-        core_algos.adv_estimator_fn(estimator)  # an unknown name fails here, listing the registered ones
+        # An unknown name fails here, listing the registered ones.
+        self.wants_baselines = core_algos.wants_baselines(estimator)
 
     @override(ConnectorV2)
     def __call__(self, *, rl_module, batch, episodes, **kwargs):
@@ -145,7 +156,8 @@ class GroupAdvantages(ConnectorV2):
         scores = torch.tensor([ep.get_return() for ep in episodes], dtype=torch.float32)
         group_ids = torch.tensor([int(episode_value(ep, Extras.GROUP_ID)) for ep in episodes], dtype=torch.long)
         loss_mask = torch.from_numpy(batch[DEFAULT_MODULE_ID][Columns.LOSS_MASK])
-        advantages = core_algos.compute_advantages(self.estimator, scores, group_ids, loss_mask)
+        baselines = torch.tensor([role_baseline(ep) for ep in episodes]) if self.wants_baselines else None
+        advantages = core_algos.compute_advantages(self.estimator, scores, group_ids, loss_mask, baselines)
         batch[DEFAULT_MODULE_ID][Columns.ADVANTAGES] = advantages.to(torch.float32).numpy()
         return batch
 

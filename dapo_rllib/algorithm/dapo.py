@@ -46,6 +46,7 @@ from dapo_rllib.algorithm.deepspeed_learner import DAPODeepSpeedLearner, DeepSpe
 from dapo_rllib.algorithm.dynamic_sampling import Group, GroupSampler, SamplingSettings
 from dapo_rllib.algorithm.learner import DAPOTorchLearner, LearnerSettings
 from dapo_rllib.algorithm.loss import LossSettings, RolloutCorrectionSettings
+from dapo_rllib.algorithm.role_baselines import RoleBaselines
 from dapo_rllib.algorithm.runner_fleet import RunnerFleet
 from dapo_rllib.algorithm.validation import EvaluationSettings, as_stats, evaluate_heldout, heldout_results
 from dapo_rllib.columns import Metrics
@@ -426,10 +427,13 @@ class DAPO(Algorithm):
         # The training data's position lives here, not in the env runners, so that a replaced runner
         # neither restarts nor repeats the epoch: a new order, as the training env's config defines it.
         group = self.env_runner_group
-        draw_order = on_env_runners(
-            group, lambda runner: runner.env.new_draw_order(), list(group.healthy_worker_ids())[:1]
+        ((draw_order, groups_per_request),) = on_env_runners(
+            group,
+            lambda runner: (runner.env.new_draw_order(), runner.groups_per_request()),
+            list(group.healthy_worker_ids())[:1],
         )
-        self._sampler = GroupSampler(config, self._fleet, draw_order[0])
+        self._sampler = GroupSampler(config, self._fleet, draw_order, groups_per_request)
+        self._role_baselines = RoleBaselines.for_config(config)
         # The curriculum's levels, also the algorithm's (dapo_rllib.tasks.curriculum); None: the env has none.
         self._fleet.curriculum_levels = on_env_runners(
             group, lambda runner: runner.curriculum_levels(), list(group.healthy_worker_ids())[:1]
@@ -469,6 +473,7 @@ class DAPO(Algorithm):
         if cfg.async_rollout:
             # The next batch, sampled during the update with the weights the runners hold now.
             next_batch = self._generator.submit(self._sampler.collect_with_stats)
+        self._role_baselines.assign(groups, self.metrics)  # adv_estimator="rae": each episode's baseline
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER), reduce="mean", window=1), self._learner_lock:
             results = self.learner_group.update(
@@ -584,7 +589,7 @@ class DAPO(Algorithm):
     @override(Algorithm)
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         state = super().get_state(components, not_components=not_components, **kwargs)
-        state |= self._sampler.get_state()
+        state |= self._sampler.get_state() | self._role_baselines.get_state()
         if self._fleet.curriculum_levels is not None:
             state[Metrics.CURRICULUM_LEVELS] = self._fleet.curriculum_levels
         if self._pending_groups is not None:
@@ -597,6 +602,7 @@ class DAPO(Algorithm):
         super().set_state(state)
         self._pending_groups = state.get(PENDING_GROUPS)
         self._sampler.set_state(state)
+        self._role_baselines.set_state(state)
         if Metrics.CURRICULUM_LEVELS in state:
             self._set_curriculum_levels(state[Metrics.CURRICULUM_LEVELS])
         if COMPONENT_LEARNER_GROUP in state:

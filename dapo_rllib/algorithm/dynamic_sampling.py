@@ -117,11 +117,13 @@ class Fleet(Protocol):
 class GroupSampler:
     """Generation rounds on `fleet` of the problems `draw_order` gives, kept as informative groups."""
 
-    def __init__(self, config, fleet: Fleet, draw_order: DrawOrder):
+    def __init__(self, config, fleet: Fleet, draw_order: DrawOrder, groups_per_request: int = 1):
         self.config = config
         self._fleet = fleet
         self._draw_order = draw_order
-        self._next_group_id = 0
+        self._next_group_id = 0  # the next request's id (its groups' ids follow from it)
+        # A request is a group, or one per seat the trained policy plays in a game (`rollout.game_sampling`).
+        self._groups_per_request = groups_per_request
 
     def collect(self, metrics: MetricsLogger) -> list[Group]:
         """Generation rounds until `train_batch_size_prompts` informative groups (or one round of
@@ -173,10 +175,11 @@ class GroupSampler:
         return groups, metrics.reduce()
 
     def _round(self, num_prompts: int, metrics: MetricsLogger) -> list:
-        """One generation round: the next `num_prompts` problems of the draw order."""
+        """One generation round: the groups of `num_prompts` prompts, from the next problems of the draw order."""
+        num_requests = -(-num_prompts // self._groups_per_request)
         first = self._next_group_id
-        self._next_group_id += num_prompts
-        requests = list(zip(self._draw_order.take(num_prompts), range(first, first + num_prompts)))
+        self._next_group_id += num_requests
+        requests = list(zip(self._draw_order.take(num_requests), range(first, first + num_requests)))
         reports = self._fleet.sample(requests, metrics)
         metrics.aggregate([report.metrics for report in reports], key=ENV_RUNNER_RESULTS)
         # Runners generate in parallel: a round takes as long as its slowest runner.

@@ -27,8 +27,11 @@ class LossSettings(FeatureSettings):
         adv_estimator: By name in `core_algos`' registry: "grpo" (group-normalised: GRPO, DAPO),
             "dr_grpo" (group-centred only), "rloo" (leave-one-out baseline), "reinforce_plus_plus"
             (batch-normalised), "reinforce_plus_plus_baseline" (group-centred, then batch-normalised),
-            "opo" (length-weighted group baseline), a name registered with
+            "opo" (length-weighted group baseline), "rae" (SPIRAL's role-conditioned estimator: a moving
+            baseline per role, kept by the driver across steps; no group statistics), a name registered with
             `core_algos.register_adv_estimator`, or "module:function".
+        rae_decay: "rae": the weight a role's baseline keeps at each episode, b <- decay b + (1 - decay) R.
+            SPIRAL's 0.95.
         clip_eps_low, clip_eps_high: Decoupled clip range [1 - low, 1 + high] (Clip-Higher).
             Reference 0.2 and 0.28. With "cispo" the range of the weight, and low may be 1.
         clip_ratio_c: Dual-clip bound for negative advantages (> 1), None = off. Reference 10. Only
@@ -49,6 +52,7 @@ class LossSettings(FeatureSettings):
 
     policy_loss: str = "ppo_clip"
     adv_estimator: str = "grpo"
+    rae_decay: float = 0.95
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.28
     clip_ratio_c: float | None = 10.0
@@ -98,6 +102,10 @@ class LossSettings(FeatureSettings):
         )
         require(self.kl_cov_coef >= 0, f"kl_cov_coef={self.kl_cov_coef} must be >= 0")
         require(self.kl_coef >= 0, f"kl_coef={self.kl_coef} must be >= 0")
+        require(
+            0 <= self.rae_decay < 1,
+            f"rae_decay={self.rae_decay} must be in [0, 1): the weight a role's baseline keeps at each episode",
+        )
         require(
             self.kl_penalty in core_algos.KL_PENALTY_KINDS,
             f"kl_penalty={self.kl_penalty!r}; expected one of {core_algos.KL_PENALTY_KINDS}",

@@ -23,6 +23,7 @@ from ray.tune.utils import flatten_dict
 from dapo_rllib.columns import Metrics
 from dapo_rllib.reporting import eval_metrics
 from dapo_rllib.rollout.env_runner_group import on_env_runners
+from dapo_rllib.rollout.game_loop import RANDOM_SCRIPT
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
 
 logger = logging.getLogger(__name__)
@@ -97,9 +98,9 @@ def heldout_results(config, group) -> dict[str, Any]:
         lambda runner: runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems),
     )
     problems = sorted((record for shard in shards for record in shard), key=lambda r: r.problem_index)
-    results: dict[str, Any] = eval_metrics.summarize(problems)
+    results: dict[str, Any] = eval_metrics.summarize(problems, elo_anchor=RANDOM_SCRIPT)
     elapsed = time.perf_counter() - start
-    num_samples = sum(m[Metrics.NUM_SAMPLES] for m in results.values())
+    num_samples = sum(m[Metrics.NUM_SAMPLES] for _, m in eval_metrics.per_source(results).values())
     results[ENV_RUNNER_RESULTS] = {
         NUM_ENV_STEPS_SAMPLED: num_samples,
         NUM_EPISODES: num_samples,

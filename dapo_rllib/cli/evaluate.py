@@ -45,6 +45,7 @@ from dapo_rllib.models.rl_module import merge_adapter_directory
 from dapo_rllib.reporting import eval_metrics
 from dapo_rllib.reporting.tables import format_table
 from dapo_rllib.rollout.env_runner import VLLMEnvRunner
+from dapo_rllib.rollout.game_loop import RANDOM_SCRIPT
 from dapo_rllib.tasks.data import load_math_dataset
 from dapo_rllib.tasks.data.code_tasks import is_code_task_file
 from dapo_rllib.tasks.data.env_rows import env_of_data_file
@@ -187,7 +188,7 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, **options) ->
         records = runner.evaluate(num_samples=num_samples, max_problems=config.eval_max_problems, progress=True)
     finally:
         runner.stop()
-    metrics = eval_metrics.summarize(records)
+    metrics = eval_metrics.summarize(records, elo_anchor=RANDOM_SCRIPT)
     # Prompts over max_prompt_length were left-truncated: reported, not hidden.
     prompts_truncated = sum(r.prompt_truncated for r in records)
     report = {

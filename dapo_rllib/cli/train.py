@@ -145,7 +145,7 @@ class TrialOutcome:
     @property
     def eval_before(self) -> dict[str, float]:
         """{"<data source>/avg@n": value} of the validation before training (and "<data source>/tool_use" and
-        "<data source>/first_answer_acc" where the episodes have turns)."""
+        "<data source>/first_answer_acc" where the episodes have turns, a game's "<game>/elo[/<opponent>]")."""
         return self._validation(EVAL_BEFORE_TRAINING)
 
     @property
@@ -162,6 +162,7 @@ class TrialOutcome:
             and (
                 k.rsplit("/", 1)[-1].startswith(Metrics.AVG_AT)
                 or k.rsplit("/", 1)[-1] in (Metrics.TOOL_USE, Metrics.FIRST_ANSWER_ACC)
+                or Metrics.ELO in k.split("/")  # a game's Elo ratings: "<game>/elo", "<game>/elo/<opponent>"
             )
         }
 

@@ -107,6 +107,8 @@ def smollm2_game_config(env: str, env_config: dict[str, Any], iterations: int) -
             train_batch_size_prompts=8,
             gen_batch_size_prompts=16,
             max_num_gen_batches=3,
+            # A game the model seldom wins at first fills few groups: train on those rather than stop.
+            train_on_partial_batch=True,
             minibatch_size_prompts=8,
             max_prompt_length=256,
             max_response_length=256,

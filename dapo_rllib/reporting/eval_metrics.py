@@ -11,18 +11,35 @@ source:
     maj@n      accuracy of the majority vote over the n extracted answers
     response_length_mean, truncation_ratio (finish reason "length"), scoring_timeouts
 
+Games of two players are validated against fixed opponents, a data source per opponent
+(``versus_source``: "<game source>/vs_<opponent>"), where avg@n is the win rate and draw_rate the share
+drawn; the game's own source then holds the Elo ratings of the model and its opponents (``versus_ratings``).
+
 No Ray, no engine: lists in, numbers out, so the definitions can be checked by hand.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 
-from dapo_rllib.columns import Metrics
+from dapo_rllib.columns import Metrics, Outcome
 from dapo_rllib.contracts import ProblemSamples  # the input of `summarize` (an EvalRecord is one)
+from dapo_rllib.reporting.elo import elo_ratings
+
+#: Joins a game's data source and an opponent's name into the source of the games against it.
+VERSUS = "/vs_"
+#: The model's name among its opponents in the Elo ratings.
+MODEL_PLAYER = "model"
+#: A game's result as a score for the Elo ratings.
+OUTCOME_SCORES = {Outcome.WIN: 1.0, Outcome.DRAW: 0.5, Outcome.LOSS: 0.0}
+
+
+def versus_source(source: str, opponent: str) -> str:
+    """The data source of a game's validation against ``opponent``: ``"<source>/vs_<opponent>"``."""
+    return f"{source}{VERSUS}{opponent}"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -59,12 +76,32 @@ def k_values(n: int) -> list[int]:
     return sorted({2**i for i in range(n.bit_length()) if 2**i < n} | {n})
 
 
-def summarize(problems: Sequence[ProblemSamples]) -> dict[str, dict[str, float]]:
-    """The metrics above for each data source, keyed by source then by metric name."""
+def summarize(problems: Sequence[ProblemSamples], *, elo_anchor: str | None = None) -> dict[str, dict[str, float]]:
+    """The metrics above for each data source, keyed by source then by metric name; a game validated against
+    fixed opponents also has its Elo ratings (``versus_ratings``, ``elo_anchor`` at the anchor's rating)."""
     by_source: dict[str, list[ProblemSamples]] = {}
     for problem in problems:
         by_source.setdefault(problem.data_source, []).append(problem)
-    return {source: _summarize_source(source, group) for source, group in by_source.items()}
+    summary = {source: _summarize_source(source, group) for source, group in by_source.items()}
+    return summary | versus_ratings(problems, elo_anchor)
+
+
+def versus_ratings(problems: Sequence[ProblemSamples], anchor: str | None = None) -> dict[str, dict[str, float]]:
+    """{game source: {"elo": the model's rating, "elo/<opponent>": each opponent's}} from the games of the
+    ``versus_source`` sources: the Bradley-Terry Elo ratings of `reporting.elo` (a draw half a win), with
+    opponent ``anchor`` at `reporting.elo.ANCHOR_RATING` where it played (else the prior's virtual player is).
+    Games whose environment failed have no result and are left out."""
+    results: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
+    for problem in problems:
+        game, versus, opponent = problem.data_source.rpartition(VERSUS)
+        if versus and problem.outcomes:
+            results[game] += [(MODEL_PLAYER, opponent, OUTCOME_SCORES[o]) for o in problem.outcomes if o]
+    ratings = {}
+    for game, games in results.items():
+        opponents = sorted({opponent for _, opponent, _ in games})
+        elo = elo_ratings(games, anchor=anchor if anchor in opponents else None)
+        ratings[game] = {Metrics.ELO: elo[MODEL_PLAYER]} | {f"{Metrics.ELO}/{o}": elo[o] for o in opponents}
+    return ratings
 
 
 def _summarize_source(source: str, problems: list[ProblemSamples]) -> dict[str, float]:
@@ -87,6 +124,8 @@ def _summarize_source(source: str, problems: list[ProblemSamples]) -> dict[str, 
         metrics[Metrics.BROKEN_TASKS] = broken
     if any(p.invalid_moves for p in problems):  # games: moves the game refused, per episode
         metrics[Metrics.INVALID_MOVES] = float(np.mean([x for p in problems for x in p.invalid_moves or [0] * p.n]))
+    if any(p.outcomes for p in problems):  # games of two players: the model's draws (its wins: avg@n)
+        metrics[Metrics.DRAW_RATE] = float(np.mean([x == Outcome.DRAW for p in problems for x in p.outcomes]))
     if failed := sum(bool(x) for p in problems for x in p.env_errors):  # episodes whose environment failed
         metrics[Metrics.ENV_ERRORS] = failed
     # Episodes of several turns, or with tools: how many turns, how often a tool, how good the first answer.

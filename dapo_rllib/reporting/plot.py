@@ -33,7 +33,10 @@ PANELS: dict[str, tuple[str, ...]] = {
     ),
     "episodes ended by": (tag(Metrics.ROLLOUT, f"{Metrics.ENDED_BY}/*"),),
     "validation tool use": (tag(EVALUATION_RESULTS, f"*/{Metrics.TOOL_USE}"),),
+    "games: validation Elo": (tag(EVALUATION_RESULTS, f"*/{Metrics.ELO}"),),
+    "games: refused moves per episode": (tag(Metrics.ROLLOUT, Metrics.INVALID_MOVES),),
 }
+COLUMNS = 3  # panels per row
 PLOT_FILE = "dapo_curves.png"
 
 
@@ -81,7 +84,10 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             f"no TensorBoard event files with DAPO metrics under {str(run_dir)!r}; expected a run or Tune experiment directory of a DAPO run"
         )
 
-    fig, axes = plt.subplots(3, 3, figsize=(15, 12))
+    rows = -(-len(PANELS) // COLUMNS)
+    fig, axes = plt.subplots(rows, COLUMNS, figsize=(5 * COLUMNS, 4 * rows))
+    for ax in axes.flat[len(PANELS) :]:
+        ax.axis("off")
     for ax, (title, tags) in zip(axes.flat, PANELS.items()):
         for run_name, series in runs.items():
             for name in (t for pattern in tags for t in _matching(series, pattern)):

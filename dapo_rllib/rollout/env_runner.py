@@ -7,7 +7,8 @@ owns the draw order, `dapo_rllib.tasks.problem_env.DrawOrder`, and numbers the g
 messages appended as token ids), adds the soft overlong penalty and returns RLlib episodes with a
 step per model turn. Token ids travel exactly as vLLM sampled them; text is decoded only for the
 environment. `evaluate(...)` runs this runner's shard of the validation set the same way and
-returns one record per problem.
+returns one record per problem. An environment of two-player games (`dapo_rllib.tasks.game_env.GameEnv`)
+is played by `dapo_rllib.rollout.game_sampling` instead: an episode per seat the trained policy plays.
 
 New weights stream into the running engine, no restart: `begin_weight_update`, one
 `load_weight_bucket` per bucket the learner sends, `finish_weight_update` (see
@@ -47,21 +48,25 @@ from dapo_rllib.contracts import EvalRecord
 from dapo_rllib.models.lora import EngineAdapter, lora_adapter_config
 from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
+from dapo_rllib.rollout.game_sampling import GameSampling
 from dapo_rllib.rollout.timing import RolloutTiming
 from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, Turn, TurnLoop
-from dapo_rllib.rollout.vllm_engine import EngineWeights, build_vllm_engine, request_seed, sampling_params
+from dapo_rllib.rollout.vllm_engine import (
+    EVAL_STREAM,
+    TRAIN_STREAM,
+    EngineWeights,
+    build_vllm_engine,
+    request_seed,
+    sampling_params,
+)
 from dapo_rllib.rollout.weight_sync import TRANSPORTS
+from dapo_rllib.tasks.env_factory import build_env
 from dapo_rllib.tasks.env_failures import EnvFailure
-from dapo_rllib.tasks.problem_env import build_env
+from dapo_rllib.tasks.game_env import GameEnv
 from dapo_rllib.tasks.rewards.overlong import overlong_penalty
 from dapo_rllib.tasks.tools import load_tool_call_parser
 
 logger = logging.getLogger(__name__)
-
-# Seed streams of training and evaluation requests (see vllm_engine.request_seed). Evaluation
-# reuses its seeds at every evaluation, so accuracy changes reflect the weights, not the dice.
-TRAIN_STREAM = 0
-EVAL_STREAM = 1
 
 
 class VLLMEnvRunner(EnvRunner, Checkpointable):
@@ -87,7 +92,12 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self._tool_parser = load_tool_call_parser(self.config.tool_call_format)
         self._renderers: dict[type, TurnRenderer] = {}  # per environment class (its tools)
         self._train_loop, self._eval_loop = self._turn_loop(explore=True), self._turn_loop(explore=False)
-        self._renderer(self.env)  # a chat template that cannot show the env's tools is refused here
+        renderer = self._renderer(self.env)  # a chat template that cannot show the env's tools is refused here
+        self._games = (
+            GameSampling(self.config, self._train_loop, self._eval_loop, renderer, self._fitted_prompt)
+            if isinstance(self.env, GameEnv)
+            else None
+        )
         # Wall times of the last sample() call, returned to the algorithm with its episodes: a
         # generation round takes as long as its slowest runner, which summed metrics cannot show.
         self.last_sample_timing = RolloutTiming()  # of the last sample() or evaluate() call
@@ -190,16 +200,20 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         again on another env runner (its own died) gives the same episodes.
         """
         cfg = self.config
-        starts = [(index, (TRAIN_STREAM, group_id, k)) for index, group_id in requests for k in range(cfg.group_size)]
-        rollouts = self._start_episodes(self.env, self._train_loop, starts)
+        if self._games is not None:
+            rollouts, group_ids, values, timing = self._games.sample(self.env, requests)
+        else:
+            starts = [(i, (TRAIN_STREAM, group_id, k)) for i, group_id in requests for k in range(cfg.group_size)]
+            rollouts = self._start_episodes(self.env, self._train_loop, starts)
+            timing = self._train_loop.run(rollouts)
+            group_ids = [group_id for _, group_id in requests for _ in range(cfg.group_size)]
+            values = [None] * len(rollouts)
         for rollout in rollouts:
             if rollout.prompt_truncated:
                 self.metrics.log_value(Metrics.PROMPTS_TRUNCATED, 1, reduce="sum")
-        timing = self._train_loop.run(rollouts)
         self.last_sample_timing = timing
         penalties = self._overlong_penalties([r.response_length for r in rollouts])
-        group_ids = [group_id for _, group_id in requests for _ in range(cfg.group_size)]
-        episodes = [self._episode(r, g, p) for r, g, p in zip(rollouts, group_ids, penalties)]
+        episodes = [self._episode(*episode) for episode in zip(rollouts, group_ids, penalties, values)]
         turns = sum(len(r.turns) for r in rollouts)
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED, turns, reduce="sum")
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, turns, reduce="lifetime_sum")
@@ -207,6 +221,10 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.metrics.log_value(NUM_EPISODES_LIFETIME, len(episodes), reduce="lifetime_sum")
         self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
         return episodes
+
+    def groups_per_request(self) -> int:
+        """Groups a `sample` request yields: one, or one per seat the trained policy plays in a game."""
+        return 1 if self._games is None else self._games.groups_per_request()
 
     def _overlong_penalties(self, lengths: list[int]) -> list[float]:
         """The soft overlong punishment of responses of these lengths (0 with overlong_buffer_len=0)."""
@@ -219,13 +237,15 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         )
         return penalties.tolist()
 
-    def _episode(self, rollout: EpisodeRollout, group_id: int, penalty: float) -> SingleAgentEpisode:
+    def _episode(
+        self, rollout: EpisodeRollout, group_id: int, penalty: float, extra_values: dict[str, Any] | None = None
+    ) -> SingleAgentEpisode:
         """The RLlib episode of a finished rollout: a step per model turn.
 
         The observations are token ids: the prompt at reset, then the environment's tokens after each
         turn; the actions are the ids the model sampled in each turn, with vLLM's log-probs of them. The
         soft overlong penalty is added to the last step's reward. Every step carries the episode's values
-        (`Extras`), so that they can be read at any step.
+        (`Extras`, `extra_values` among them), so that they can be read at any step.
         """
         info = rollout.final_info
         values = {
@@ -244,6 +264,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             Extras.INVALID_MOVES: int(info.get(Info.INVALID_MOVES, 0)),
             Extras.ENV_ERROR: info.get(Info.ENV_ERROR, ""),
             WEIGHTS_SEQ_NO: self._held_seq_no,
+            **(extra_values or {}),
         }
         ep = SingleAgentEpisode(observation_space=None, action_space=None)
         ep.add_env_reset(
@@ -311,6 +332,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         count = env.num_problems if max_problems is None else min(max_problems, env.num_problems)
         shards = max(self.num_workers, 1)
         mine = [i for i in range(count) if i % shards == max(self.worker_index - 1, 0)]
+        if self._games is not None:
+            records, self.last_sample_timing = self._games.evaluate(env, mine, num_samples)
+            return records
         starts = [(i, (EVAL_STREAM, i, k)) for i in mine for k in range(num_samples)]
         started = self._start_episodes(env, self._eval_loop, starts)
         rollouts = {i: started[n * num_samples : (n + 1) * num_samples] for n, i in enumerate(mine)}

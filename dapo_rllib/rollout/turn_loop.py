@@ -211,8 +211,8 @@ class TurnLoop:
         episodes that end."""
         timing = RolloutTiming()
         while active := [e for e in episodes if e.end is None]:
-            completions = self._generate_turn(active, timing)
-            messages = [self._model_message(e, c) for e, c in zip(active, completions)]
+            completions = self.generate_turn(active, timing)
+            messages = [self.model_message(e, c) for e, c in zip(active, completions)]
             results = self._step(active, messages, timing)
             ended = 0
             for episode, completion, result in zip(active, completions, results):
@@ -227,7 +227,10 @@ class TurnLoop:
         return timing
 
     # ----- the phases of a turn ---------------------------------------------------------------------
-    def _generate_turn(self, active: Sequence[EpisodeRollout], timing: RolloutTiming) -> list:
+    def generate_turn(self, active: Sequence[EpisodeRollout], timing: RolloutTiming) -> list:
+        """One batched generation, a request per episode of `active` (its prompt and turns so far, its seed for
+        this turn, the rest of its budget): each episode gets a `Turn` of the ids sampled and their log-probs.
+        Returns vLLM's completions in `active`'s order."""
         prompts, params = [], []
         for episode in active:
             prompts.append(episode.prompt_ids + episode.response_ids)
@@ -249,7 +252,7 @@ class TurnLoop:
             episode.response_length += len(completion.token_ids)
         return completions
 
-    def _model_message(self, episode: EpisodeRollout, completion) -> dict[str, Any] | str:
+    def model_message(self, episode: EpisodeRollout, completion) -> dict[str, Any] | str:
         """The model's turn as the environment takes it: the text, and its tool calls where it has tools."""
         context = episode.prompt_ids + episode.response_ids[: -len(completion.token_ids) or None]
         (text,) = decode_completions(self.tokenizer, context, [completion])

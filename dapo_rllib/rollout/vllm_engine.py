@@ -185,6 +185,11 @@ def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: 
     )
 
 
+# Seed streams of requests: training, evaluation (reused at every evaluation, so that accuracy changes
+# reflect the weights, not the dice) and the scripted players of games.
+TRAIN_STREAM, EVAL_STREAM, SCRIPT_STREAM = 0, 1, 2
+
+
 def request_seed(run_seed: int | None, *stream: int) -> int:
     """A 31-bit seed for one request, derived from the run seed and the request's stream: the
     same on whichever env runner samples it."""

@@ -36,7 +36,6 @@ from gymnasium import spaces
 
 from dapo_rllib.columns import Info
 from dapo_rllib.contracts import ResetInfo, ScoreInfo, ScoreResult, ToolStepInfo, check_score_result, score_info
-from dapo_rllib.ray_private import registered_env_creator
 from dapo_rllib.tasks.rewards.text import as_text
 from dapo_rllib.tasks.tools import Tool, ToolCall, run_tool_calls
 
@@ -44,6 +43,32 @@ from dapo_rllib.tasks.tools import Tool, ToolCall, run_tool_calls
 PROBLEM_CONFIG: dict[str, Any] = {"split": "train", "num_problems": None, "shuffle": True, "seed": 0}
 
 _RESET_OPTIONS = (Info.PROBLEM_INDEX,)
+
+
+def chat_spaces() -> tuple[spaces.Space, spaces.Space]:
+    """(observation space, action space) of a language environment: chat messages in, the model's text out."""
+    messages = spaces.Sequence(
+        spaces.Dict(
+            {
+                "role": spaces.Text(max_length=64, charset=string.ascii_letters + "_"),
+                "content": spaces.Text(min_length=0, max_length=100_000, charset=string.printable),
+            }
+        ),
+        stack=False,
+    )
+    return messages, spaces.Text(min_length=0, max_length=1_000_000, charset=string.printable)
+
+
+def checked_settings(owner: str, defaults: Mapping[str, Any], config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every key of `defaults`, with its value from `config` where given; an unknown key (a typo that would
+    silently fall back to a default) is an error naming `owner`'s valid keys. Keys starting with "_" are
+    the callers' and ignored."""
+    # Ray passes an EnvContext, a dict subclass; plain dicts work the same.
+    config = dict(config or {})
+    unknown = sorted(k for k in config if not str(k).startswith("_") and k not in defaults)
+    if unknown:
+        raise ValueError(f"unknown {owner} config keys {unknown}; valid keys: {sorted(defaults)}")
+    return {key: config.get(key, default) for key, default in defaults.items()}
 
 
 class Problem(Protocol):
@@ -104,12 +129,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
     @classmethod
     def settings(cls, config: Mapping[str, Any] | None) -> dict[str, Any]:
         """Every ``DEFAULT_CONFIG`` key, with its value from ``config`` where given."""
-        # Ray passes an EnvContext, a dict subclass; plain dicts work the same.
-        config = dict(config or {})
-        unknown = sorted(k for k in config if not str(k).startswith("_") and k not in cls.DEFAULT_CONFIG)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} config keys {unknown}; valid keys: {sorted(cls.DEFAULT_CONFIG)}")
-        return {key: config.get(key, default) for key, default in cls.DEFAULT_CONFIG.items()}
+        return checked_settings(cls.__name__, cls.DEFAULT_CONFIG, config)
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         """Check ``config`` (see :meth:`settings`), load the problems and start the draw order."""
@@ -118,16 +138,7 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
         if not self._problems:
             raise ValueError(f"{self._name} dataset {settings['dataset']!r} has no {self.PROBLEMS_NOUN}")
 
-        self.observation_space = spaces.Sequence(
-            spaces.Dict(
-                {
-                    "role": spaces.Text(max_length=64, charset=string.ascii_letters + "_"),
-                    "content": spaces.Text(min_length=0, max_length=100_000, charset=string.printable),
-                }
-            ),
-            stack=False,
-        )
-        self.action_space = spaces.Text(min_length=0, max_length=1_000_000, charset=string.printable)
+        self.observation_space, self.action_space = chat_spaces()
 
         self._shuffle = bool(settings["shuffle"])
         self._seed = settings["seed"]
@@ -358,33 +369,6 @@ class ProblemEnv(gymnasium.Env, Generic[ProblemT]):
                 f"not to file {dataset!r}; pass a smaller file instead"
             )
         return self.load_file(dataset)
-
-
-def build_env(env_spec, env_config: dict, worker_index: int, num_workers: int) -> ProblemEnv:
-    """Build the environment named in `config.environment(...)`: a registered name or a class.
-
-    It must be a `ProblemEnv`: the runner draws problems from it and scores whole rounds with it.
-    """
-    from ray.rllib.env.env_context import EnvContext
-
-    ctx = EnvContext(env_config or {}, worker_index=worker_index, num_workers=num_workers)
-    creator = registered_env_creator(env_spec) if isinstance(env_spec, str) else None
-    if creator is not None:
-        env = creator(ctx)
-    elif isinstance(env_spec, type) and issubclass(env_spec, gymnasium.Env):
-        env = env_spec(ctx)
-    else:
-        raise ValueError(
-            f"environment {env_spec!r} is neither a name registered with ray.tune.register_env nor a "
-            "gymnasium.Env subclass; `import dapo_rllib` registers 'dapo_math' and 'dapo_code'"
-        )
-    if not isinstance(env, ProblemEnv):
-        raise TypeError(
-            f"environment {env_spec!r} built a {type(env).__name__}; VLLMEnvRunner needs a "
-            "dapo_rllib.tasks.problem_env.ProblemEnv subclass (it draws problems and scores completions: see the docs' "
-            "guide 'Your own task type', docs/guides/task-type.md)"
-        )
-    return env
 
 
 def _model_turn(action: Any, env_name: str) -> tuple[str, list[ToolCall]]:

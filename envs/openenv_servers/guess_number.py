@@ -1,8 +1,10 @@
 """Guess-the-number as an OpenEnv environment server, and the adapter that plays it as a chat.
 
-The server thinks of a whole number from 1 to ``max_number`` and answers each guess "Higher.", "Lower." or
-"Correct!"; the game ends when the number is found (reward 1). The number is drawn from the reset's ``seed``
-(``random.Random(seed)``), so the same seed is the same game: a group of episodes on one problem plays one game.
+The server thinks of a whole number from 1 to ``max_number`` and answers each guess with a hint ("Higher: my
+number is more than 5.", "Lower: ...") or "Correct!"; the game ends when the number is found (reward 1). A guess
+is asked for in square brackets, as in TextArena's GuessTheNumber (the player may write anything around it). The
+number is drawn from the reset's ``seed`` (``random.Random(seed)``), so the same seed is the same game: a group of
+episodes on one problem plays one game.
 
 It is written with openenv-core's server classes: typed ``Action``/``Observation``/``State`` (pydantic), an
 ``Environment`` with ``reset``/``step``/``state``, and ``create_fastapi_app``, which serves them over HTTP and
@@ -26,22 +28,16 @@ import re
 import time
 from typing import Any, Literal
 
-import uvicorn
-from openenv.core.env_server import Action, ConcurrencyConfig, Environment, Observation, State, create_fastapi_app
+from openenv.core.env_server import Action, Environment, Observation, State
 from pydantic import Field
+
+from envs.openenv_servers.serving import serve, session_app
 
 #: Numbers from 1 to this, unless the server is started with another ``--max-number``.
 DEFAULT_MAX_NUMBER = 100
-#: A session idle this long is closed by the server (a client that vanished without closing it).
-SESSION_TIMEOUT_S = 600.0
-
 Hint = Literal["start", "higher", "lower", "correct", "no_number"]
-_HINT_TEXT: dict[str, str] = {
-    "higher": "Higher.",
-    "lower": "Lower.",
-    "correct": "Correct!",
-    "no_number": "Reply with one number.",
-}
+#: What the player is told when a reply holds no guess.
+NO_GUESS_TEXT = "Write your guess in square brackets, for example [5]."
 
 
 class GuessAction(Action):
@@ -69,7 +65,20 @@ class GuessState(State):
 
 def rules(max_number: int) -> str:
     """The first message of a game."""
-    return f"I am thinking of a whole number from 1 to {max_number}. Guess it: reply with one number."
+    return (
+        f"I am thinking of a whole number from 1 to {max_number}. Guess it: write your guess in square brackets, "
+        "for example [5]. After each guess I tell you whether my number is higher or lower."
+    )
+
+
+def hint_text(hint: Hint, guess: int | None) -> str:
+    """The server's answer to a guess. The hint names the guess: a bare "Higher." leaves open whose number is
+    higher, and small models read it both ways."""
+    if hint == "higher":
+        return f"Higher: my number is more than {guess}."
+    if hint == "lower":
+        return f"Lower: my number is less than {guess}."
+    return "Correct!" if hint == "correct" else NO_GUESS_TEXT
 
 
 class GuessNumberEnvironment(Environment[GuessAction, GuessObservation, GuessState]):
@@ -102,7 +111,7 @@ class GuessNumberEnvironment(Environment[GuessAction, GuessObservation, GuessSta
             hint = "higher" if action.guess < self._state.secret else "lower"
         self._done = hint == "correct"
         return GuessObservation(
-            message=_HINT_TEXT[hint],
+            message=hint_text(hint, action.guess),
             hint=hint,
             guess=action.guess,
             attempts=self._state.step_count,
@@ -120,19 +129,23 @@ def create_guess_number_app(max_number: int = DEFAULT_MAX_NUMBER, step_delay_s: 
     """The server's FastAPI app: at most ``max_sessions`` games at once (one per WebSocket connection)."""
     if max_number < 1:
         raise ValueError(f"max_number must be at least 1, got {max_number}")
-    return create_fastapi_app(
+    return session_app(
         functools.partial(GuessNumberEnvironment, max_number=max_number, step_delay_s=step_delay_s),
         GuessAction,
         GuessObservation,
-        concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=SESSION_TIMEOUT_S),
+        max_sessions,
     )
 
 
 class GuessNumberAdapter:
     """The game as a chat, for :class:`envs.openenv_env.OpenEnvEnv` (its ``OpenEnvAdapter`` protocol).
 
-    The model sees the server's messages as user turns; its reply's last whole number is the guess. An episode
-    is right (+1) when the number was found, else wrong (-1), as DAPO's scorers rate answers.
+    The model sees the server's messages as user turns. Its guess is the last number in square brackets in its
+    reply, or, where it wrote none, the reply's last number: SmolLM2-135M-Instruct seldom writes the brackets
+    before training, and a reward it almost never sees teaches it nothing (its tuned example, reading bracketed
+    guesses only, won 2.1% of 384 games and stopped at step 1 with too few groups holding a win). A reply without a
+    number is a guess of None, which the server answers with how to guess. An episode is right (+1) when the
+    number was found, else wrong (-1), as DAPO's scorers rate answers.
     """
 
     data_source = "openenv/guess_number"
@@ -142,7 +155,7 @@ class GuessNumberAdapter:
         return [{"role": "user", "content": observation.message}]
 
     def action(self, text: str) -> GuessAction:
-        numbers = re.findall(r"-?\d+", text)
+        numbers = re.findall(r"\[\s*(-?\d+)\s*\]", text) or re.findall(r"-?\d+", text)
         return GuessAction(guess=int(numbers[-1]) if numbers else None)
 
     def outcome(self, observation: GuessObservation) -> dict[str, Any]:
@@ -161,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-sessions", type=int, default=256, help="games (WebSocket sessions) at once")
     args = parser.parse_args(argv)
     app = create_guess_number_app(args.max_number, args.step_delay_s, args.max_sessions)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    serve(app, args.host, args.port)
 
 
 if __name__ == "__main__":

@@ -58,12 +58,15 @@ from dapo_rllib.algorithm.core_algos.advantages import (
     compute_advantages,
     compute_group_advantages,
     dr_grpo_advantages,
+    ema_baselines,
     filter_groups,
     masked_whiten,
     opo_advantages,
+    rae_advantages,
     reinforce_plus_plus_advantages,
     reinforce_plus_plus_baseline_advantages,
     rloo_advantages,
+    wants_baselines,
 )
 from dapo_rllib.algorithm.core_algos.aggregation import (
     LOSS_AGG_MODES,
@@ -128,6 +131,7 @@ __all__ = [
     "compute_policy_loss",
     "covariance_token_selection",
     "dr_grpo_advantages",
+    "ema_baselines",
     "filter_groups",
     "gspo_policy_loss",
     "gspo_token_policy_loss",
@@ -139,6 +143,7 @@ __all__ = [
     "policy_loss_fn",
     "policy_loss_traits",
     "policy_losses",
+    "rae_advantages",
     "register_adv_estimator",
     "register_policy_loss",
     "reinforce_plus_plus_advantages",
@@ -148,4 +153,5 @@ __all__ = [
     "rollout_mismatch",
     "sequence_log_ratio",
     "token_covariance",
+    "wants_baselines",
 ]

@@ -1,9 +1,9 @@
-"""Advantage estimators (GRPO, Dr. GRPO, RLOO, OPO, REINFORCE++) and dynamic sampling's group filter."""
+"""Advantage estimators (GRPO, Dr. GRPO, RLOO, OPO, REINFORCE++, RAE) and dynamic sampling's group filter."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -208,17 +208,79 @@ def reinforce_plus_plus_baseline_advantages(
     return masked_whiten(centred.unsqueeze(-1).expand(response_mask.shape), response_mask).to(out_dtype)
 
 
+def ema_baselines(
+    scores: torch.Tensor, roles: Sequence[Hashable], prior: Mapping[Hashable, float], decay: float
+) -> tuple[torch.Tensor, dict[Hashable, float]]:
+    """The moving-average reward baseline of each response's role, as SPIRAL's role-conditioned
+    advantage estimation keeps it (Liu et al., 2025, arXiv 2506.24119): responses in order, each
+    reads its role's baseline, then moves it towards its own reward::
+
+        b_i = b_role            (0 for a role not seen before)
+        b_role <- decay * b_role + (1 - decay) * R_i
+
+    Reading before the update keeps ``R_i`` out of its own baseline. ``prior``: {role: baseline}
+    before these responses. Returns ([n] float64 baselines read, {role: baseline} after them).
+    """
+    if not 0 <= decay < 1:
+        raise ValueError(f"decay={decay} must be in [0, 1): the weight the baseline keeps at each response")
+    if scores.dim() != 1 or len(roles) != scores.shape[0]:
+        raise ValueError(
+            f"scores has shape {tuple(scores.shape)} and roles {len(roles)} entries; expected one role per score"
+        )
+    state = dict(prior)
+    used = []
+    for score, role in zip(scores.tolist(), roles):
+        baseline = state.get(role, 0.0)
+        used.append(baseline)
+        state[role] = decay * baseline + (1 - decay) * score
+    return torch.tensor(used, dtype=torch.float64), state
+
+
+@register_adv_estimator("rae")
+def rae_advantages(scores: torch.Tensor, group_ids: GroupIds, *, baselines: torch.Tensor) -> torch.Tensor:
+    """Role-conditioned advantage estimation (SPIRAL, arXiv 2506.24119): the advantage estimator
+    ``"rae"``. Each response's reward minus its role's moving-average baseline (``ema_baselines``;
+    DAPO's driver keeps the baselines across steps and checkpoints)::
+
+        A_i = R_i - b_role(i)
+
+    No group statistics and no normalisation: a group whose rewards are all equal still has a
+    signal, the distance from what the role usually gets. ``group_ids`` only checks the shapes.
+    Returns [n], dtype of ``scores`` (float32 for integers).
+    """
+    _group_index(group_ids, scores, "scores")
+    values, out_dtype = _as_float64(scores)
+    if tuple(baselines.shape) != tuple(values.shape):
+        raise ValueError(f"baselines has shape {tuple(baselines.shape)}; expected {tuple(values.shape)}, one per score")
+    return (values - baselines.to(torch.float64)).to(out_dtype)
+
+
+def wants_baselines(estimator: str) -> bool:
+    """Whether ``estimator`` takes per-response ``baselines`` (``"rae"``'s role baselines)."""
+    return "baselines" in inspect.signature(adv_estimator_fn(estimator)).parameters
+
+
 def compute_advantages(
-    estimator: str, scores: torch.Tensor, group_ids: GroupIds, response_mask: torch.Tensor
+    estimator: str,
+    scores: torch.Tensor,
+    group_ids: GroupIds,
+    response_mask: torch.Tensor,
+    baselines: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[n, T] token advantages from the registered (or ``"module:function"``) ``estimator``: it gets
-    ``response_mask`` (the loss tokens) if it takes that keyword; a per-response result [n] is
-    broadcast over the tokens. Positions outside ``response_mask`` get 0."""
+    ``response_mask`` (the loss tokens) and ``baselines`` ([n], one per response) if it takes those
+    keywords; a per-response result [n] is broadcast over the tokens. Positions outside
+    ``response_mask`` get 0."""
     fn = adv_estimator_fn(estimator)
-    if "response_mask" in inspect.signature(fn).parameters:
-        advantages = fn(scores, group_ids, response_mask=response_mask)
-    else:
-        advantages = fn(scores, group_ids)
+    parameters = inspect.signature(fn).parameters
+    keywords = {}
+    if "response_mask" in parameters:
+        keywords["response_mask"] = response_mask
+    if "baselines" in parameters:
+        if baselines is None:
+            raise ValueError(f"adv_estimator={estimator!r} needs a baseline per response (baselines=); none given")
+        keywords["baselines"] = baselines
+    advantages = fn(scores, group_ids, **keywords)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
     if advantages.shape[0] != response_mask.shape[0] or advantages.shape[1] not in (1, response_mask.shape[1]):

@@ -8,7 +8,8 @@ Nothing is downloaded. `ensure_tiny_model(task)` builds, once, into a cache dire
 3. a short supervised warm start on worked answers (`warm_start`), so that RL starts from a policy that
    is sometimes right.
 
-Five tasks (`RECIPES`, in `recipes`): "arithmetic", "code", "sums", "tool_arithmetic" and "code_repair".
+Six tasks (`RECIPES`, in `recipes`): "arithmetic", "code", "sums", "tool_arithmetic", "code_repair" and
+"take_away".
 The warm start imitates several ways of answering, in fixed proportions, and only some of them earn the
 reward (`answers`):
 

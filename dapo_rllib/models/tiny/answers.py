@@ -7,13 +7,17 @@ The weights say how often the warm start imitates each style (`WarmStartRecipe.s
 from __future__ import annotations
 
 import json
+import random
 import re
+from dataclasses import dataclass
 
 from dapo_rllib.tasks.data.arithmetic import parse_arithmetic_question
 from dapo_rllib.tasks.data.code_arithmetic import reference_solution
 from dapo_rllib.tasks.data.datasets import short_repr
 from dapo_rllib.tasks.data.scratchpad_sums import parse_sum_question, scratchpad_lines
 from dapo_rllib.tasks.data.tool_arithmetic import parse_product_question
+from dapo_rllib.tasks.game_env import SEATS
+from dapo_rllib.tasks.games.take_away import TakeAway, parse_move
 from dapo_rllib.tasks.rewards.code import CaseReport, call_text, feedback_text
 
 # (weight, format) of the final line; only "Answer: {r}" satisfies the DAPO scorer.
@@ -28,6 +32,10 @@ SUMS_ANSWER_STYLES = ((0.4, "scratchpad"), (0.3, "spaced"), (0.3, "direct"))
 # output copied into the answer (right); the tool with a wrong operator (wrong); the answer without the
 # tool (right only if the model can multiply in its head, which the tiny model cannot).
 TOOL_ANSWER_STYLES = ((0.35, "tool"), (0.35, "wrong expression"), (0.3, "no tool"))
+# (weight, style) of a take-away game (the model's moves, the game's messages between them): best play
+# (leave a multiple of 4), random legal moves, or a move without brackets, which loses at once. The opponent
+# plays random legal moves.
+TAKE_AWAY_ANSWER_STYLES = ((0.3, "best"), (0.5, "random"), (0.2, "no brackets"))
 # (weight, style) of a code-repair episode: right at once; wrong, then fixed after the feedback; wrong
 # twice. Only "return" passes; the feedback names the failed calls (REPAIR_PUBLIC_TESTS of them).
 REPAIR_ANSWER_STYLES = (
@@ -99,6 +107,53 @@ def repair_feedback(task, style: str) -> str:
         got = f"runtime error: the program defines no {calls[0].fn_name}"
         reports = [CaseReport(call_text(c), "runtime error", got, short_repr(c.expected)) for c in calls]
     return feedback_text(reports[0].outcome, reports)
+
+
+@dataclass(frozen=True)
+class TakeAwayOpening:
+    """A take-away game as one seat first sees it: the opening message, after the opponent's first move at seat 1
+    (drawn from the game's seed, as the rest of its moves in `take_away_answer`)."""
+
+    seed: int
+    seat: int
+    messages: tuple[dict, ...]
+
+
+def take_away_openings(seeds: range) -> list[TakeAwayOpening]:
+    """The opening of each game of `seeds` at each seat."""
+    return [TakeAwayOpening(seed, seat, _take_away_game(seed, seat)[2]) for seed in seeds for seat in SEATS]
+
+
+def take_away_answer(opening: TakeAwayOpening, style: str) -> list:
+    """The seat's turns of the game in one of TAKE_AWAY_ANSWER_STYLES against random legal moves, with the
+    game's messages between them; the game's end ends them."""
+    game, rng, _ = _take_away_game(opening.seed, opening.seat)
+    seat, turns = opening.seat, []
+    while True:
+        legal = game.legal_moves(seat)
+        move = {"best": game.heuristic_move(seat), "random": rng.choice(legal)}.get(style)
+        turns.append(move if move is not None else f"I take {rng.choice(legal)[1:-1]}.")
+        game.play(seat, turns[-1])
+        if game.result is None:
+            game.play(1 - seat, rng.choice(game.legal_moves(1 - seat)))
+        if game.result is not None:
+            return turns
+        turns.append({"role": "user", "content": game.messages_for(seat)})
+
+
+def take_away_best_first_move(opening: TakeAwayOpening, response: str) -> bool:
+    """The response's move is best play at the opening (`TakeAway.heuristic_move`)."""
+    game, _, _ = _take_away_game(opening.seed, opening.seat)
+    return parse_move(response) == parse_move(game.heuristic_move(opening.seat))
+
+
+def _take_away_game(seed: int, seat: int) -> tuple[TakeAway, random.Random, tuple[dict, ...]]:
+    """A game of `seed`, the random generator of the opponent's moves, and the seat's opening (at seat 1, after
+    the opponent's first move)."""
+    game, rng = TakeAway(seed), random.Random(seed)
+    if seat == 1:
+        game.play(0, rng.choice(game.legal_moves(0)))
+    return game, rng, ({"role": "user", "content": game.messages_for(seat)},)
 
 
 def answer_text(answer: str | list) -> str:

@@ -1,12 +1,12 @@
 """The warm-start recipes of the tiny models (`RECIPES`): per task, its training problems, the ways of
 answering it imitates (`answers`), its held-out problems and how a response is scored right.
 
-Five tasks: "arithmetic" (the math environment's built-in problems), "code" (the code environment's
+Six tasks: "arithmetic" (the math environment's built-in problems), "code" (the code environment's
 generated function-writing tasks), "sums" (the ablation's scratchpad sums,
-dapo_rllib/tasks/data/scratchpad_sums.py), and two of several turns, warm-started on whole episodes (trained on
+dapo_rllib/tasks/data/scratchpad_sums.py), and three of several turns, warm-started on whole episodes (trained on
 the model's turns only, rendered as the env runner renders them: `warm_start.conversation_ids`):
-"tool_arithmetic" (products with the python tool) and "code_repair" (the code tasks with the code-repair
-environment's feedback).
+"tool_arithmetic" (products with the python tool), "code_repair" (the code tasks with the code-repair
+environment's feedback) and "take_away" (one seat of the built-in two-player game against random moves).
 """
 
 from __future__ import annotations
@@ -22,10 +22,14 @@ from dapo_rllib.models.tiny.answers import (
     CODE_ANSWER_STYLES,
     REPAIR_ANSWER_STYLES,
     SUMS_ANSWER_STYLES,
+    TAKE_AWAY_ANSWER_STYLES,
     TOOL_ANSWER_STYLES,
     code_answer,
     repair_answer,
     sums_answer,
+    take_away_answer,
+    take_away_best_first_move,
+    take_away_openings,
     tool_answer,
     worked_solution,
 )
@@ -34,12 +38,14 @@ from dapo_rllib.tasks.data.arithmetic import generate_arithmetic_problems
 from dapo_rllib.tasks.data.code_arithmetic import generate_code_tasks, reference_solution
 from dapo_rllib.tasks.data.scratchpad_sums import generate_sum_problems
 from dapo_rllib.tasks.data.tool_arithmetic import generate_tool_arithmetic_problems
+from dapo_rllib.tasks.game_env import TEST_SEED_OFFSET
 from dapo_rllib.tasks.rewards.code import extract_code, normalize_output
 from dapo_rllib.tasks.rewards.math_dapo import compute_score as math_dapo_score
 from dapo_rllib.tasks.tools import PYTHON_TOOL_SCHEMA, HermesToolParser
 
 SUMS_TRAIN_PROBLEMS = 2400
 SUMS_TEST_PROBLEMS = 120  # the ablation's held-out set (tuned_examples/dapo/tiny_ablation.py)
+TAKE_AWAY_TRAIN_GAMES, TAKE_AWAY_TEST_GAMES = 1000, 32  # each at both seats
 
 
 def _first_turn_right(problem, response: str) -> bool:
@@ -171,13 +177,24 @@ RECIPES: dict[str, WarmStartRecipe] = {
         chat_template=TOOL_CHAT_TEMPLATE,
         tools=(PYTHON_TOOL_SCHEMA,),
     ),
+    "take_away": WarmStartRecipe(
+        "tiny-qwen2-take-away-v1",
+        lambda seed: take_away_openings(range(TAKE_AWAY_TRAIN_GAMES)),
+        take_away_answer,
+        TAKE_AWAY_ANSWER_STYLES,
+        lambda: take_away_openings(range(TEST_SEED_OFFSET, TEST_SEED_OFFSET + TAKE_AWAY_TEST_GAMES)),
+        take_away_best_first_move,
+        "the first move is best play (leaves a multiple of 4, or takes 1 from one)",
+        max_new_tokens=8,
+    ),
 }
 
 
-# The test suite's recipes for the tasks only a few of its tests run, whose full warm starts are the longest
-# builds: shorter warm starts, measured on 32 held-out problems, of their own versions (a test build never
-# takes the place of a tuned example's model). The tests hold for any model they build: the code model
-# needs only to load and generate, the tool model to call the tool (learnt long before the operands are).
+# The test suite's recipes for the tasks only a few of its tests (or CI's smoke runs) use, whose full warm
+# starts are the longest builds: shorter warm starts, measured on 32 held-out problems, of their own versions
+# (a test build never takes the place of a tuned example's model). The tests hold for any model they build:
+# the code model needs only to load and generate, the tool model to call the tool (learnt long before the
+# operands are), the sums model (the ablation's and the comparison's smoke runs) to answer in its format.
 TEST_RECIPES: dict[str, WarmStartRecipe] = {
     task: replace(RECIPES[task], version=version, sft_steps=steps, batch_size=16, test_problems=held_out)
     for task, version, steps, held_out in (
@@ -188,6 +205,7 @@ TEST_RECIPES: dict[str, WarmStartRecipe] = {
             250,
             lambda: generate_tool_arithmetic_problems("test", 32),
         ),
+        ("sums", "tiny-qwen2-sums-test-v1", 200, lambda: generate_sum_problems("test", 32)),
     )
 }
 #: The environment variable that picks the recipes of builds: "full" (unset: `RECIPES`, those of the tuned

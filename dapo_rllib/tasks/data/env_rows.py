@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dapo_rllib.tasks.data.datasets import first_row
-from dapo_rllib.tasks.problem_env import build_env
+from dapo_rllib.tasks.env_factory import build_env
 
 #: How `rllib data convert` names an environment as its input: "env:<registered name>".
 ENV_SOURCE_PREFIX = "env:"
