@@ -46,11 +46,13 @@ study-real: setup
 # still being made waits for it (the build lock), never makes it a second time.
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's shared
 # fixtures (one training run serving many assertions) stay in one process; the ten slowest tests are listed.
-# Two workers on 2 cores: the suite's processes wait on each other (process starts, Ray, engines) often
-# enough that two files at once finish sooner. TEST_WORKERS=1 runs one file at a time (less memory).
+# Two workers finish sooner even on 2 cores (the suite's processes wait on each other: process starts, Ray,
+# engines), but need the memory: a worker's process grows to ~11 GB by the real model's LoRA tests, beside its
+# env runner's ~3.4 GB, and two workers peaked at 23 GB of 24, where Ray's memory monitor kills an env runner
+# (measured in `make test` on 2 cores). So two workers with 32 GiB of memory or more, else one.
 TEST_MODELS := arithmetic code tool_arithmetic
 TEST_REAL_MODELS := smollm2-135m-instruct
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= $(shell awk '/^MemTotal/ {print ($$2 >= 32 * 1024 * 1024) ? 2 : 1}' /proc/meminfo)
 test: setup
 	{ DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny $(TEST_MODELS) && \
 	  $(PY) -m dapo_rllib.models $(TEST_REAL_MODELS); } & builder=$$!; \

@@ -28,11 +28,14 @@ NOISE_GRAD = 1e-5  # times the gradient norm
 # different padding widths) shows up ~50x larger relative to it: 1.0e-5 to 1.4e-5 measured on
 # one tiny model build. A wrong denominator or a dropped piece moves it by far more than 1e-4.
 LOSS_RTOL = 1e-4
+# The gradient is the same sum of cancelling terms (+-A * grad ratio), so its norm carries that rounding too:
+# up to 1.04e-5 measured (Clip-Cov, 14 micro-batches against one piece, on the reference tiny model build).
+GRAD_NORM_RTOL = 5e-5
 
 
 def assert_same_step(result, reference, loss_atol=1e-7):
     assert result[Metrics.POLICY_LOSS] == pytest.approx(reference[Metrics.POLICY_LOSS], rel=LOSS_RTOL, abs=loss_atol)
-    assert result[Metrics.GRAD_NORM] == pytest.approx(reference[Metrics.GRAD_NORM], rel=1e-5)
+    assert result[Metrics.GRAD_NORM] == pytest.approx(reference[Metrics.GRAD_NORM], rel=GRAD_NORM_RTOL)
     noise = NOISE_GRAD * reference[Metrics.GRAD_NORM]
     for name, grad in reference["grads"].items():
         if "grads" in result:
