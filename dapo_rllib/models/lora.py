@@ -5,12 +5,12 @@ model with the adapter, and after each update only the adapter travels to them.
                 require gradients, so AdamW holds state for them only. `adapter_tensors` are what
                 the weight sync streams: the adapter weights under the names of a PEFT adapter
                 file (`base_model.model.<module>.lora_A.weight`), views of the live parameters.
-    env runner  `EngineAdapter` collects the streamed tensors, writes them with the adapter's
-                config as a PEFT adapter directory (vLLM 0.32 loads adapters from directories
-                only) in shared memory, and registers it with the engine under a new id and name
-                per version, so neither vLLM's adapter cache nor its prefix cache can serve the
-                previous one; the previous adapter is removed. Every generate call carries the
-                current `lora_request`.
+    env runner  `EngineAdapter` collects the streamed tensors and serves them on the engine's
+                `AdapterShelf` (dapo_rllib.models.adapter_shelf) under `POLICY_ADAPTER`: written
+                as a PEFT adapter directory in shared memory and registered under a new id and
+                name per version, so neither vLLM's adapter cache nor its prefix cache can serve
+                the previous one, which is removed. Every generate call carries the current
+                `lora_request`.
 
 The engine is built with LoRA enabled (`engine_lora_kwargs`) and samples through its LoRA layers
 from the start: a new adapter's B matrices are zero, so before the first sync it samples the base
@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from functools import lru_cache
@@ -37,9 +35,9 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 import torch
 
+from dapo_rllib.models.adapter_shelf import AdapterShelf
 from dapo_rllib.rollout.weight_sync import BucketAssembler
 from dapo_rllib.settings import NOT_FLAT, FeatureSettings, require
-from dapo_rllib.vllm_private import adapter_ids, add_adapter, remove_adapter
 
 #: How the adapters reach the engines (`DAPOConfig.lora_sync`): "auto" picks the faster of the two that
 #: can carry the adapters (`lora_sync_path`).
@@ -58,6 +56,8 @@ VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 MAX_RANK = VLLM_MAX_LORA_RANKS[-1]
 # PEFT's name of the one adapter the learner trains.
 _ADAPTER = "default"
+#: The name the engines serve the trained policy's adapter under (`AdapterShelf`).
+POLICY_ADAPTER = "policy"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,7 +309,8 @@ def engine_lora_kwargs(rank: int) -> dict[str, Any]:
 
 class EngineAdapter:
     """New adapter weights for a running engine, streamed in: `begin`, `load_bucket` per bucket,
-    `finish`; the same interface as `dapo_rllib.rollout.vllm_engine.EngineWeights`.
+    `finish`; the same interface as `dapo_rllib.rollout.vllm_engine.EngineWeights`. The adapter is served under
+    the name `POLICY_ADAPTER` on the engine's `AdapterShelf`, beside any other the shelf serves.
 
     Args:
         llm: The engine (`vllm.LLM`, built with `engine_lora_kwargs`).
@@ -318,15 +319,15 @@ class EngineAdapter:
     """
 
     def __init__(self, llm, config: dict[str, Any], owner: str):
-        self.llm = llm
         self.config = config
         self.owner = owner
-        # Shared memory where there is some: the engine reads the file right after it is written.
-        base = "/dev/shm" if Path("/dev/shm").is_dir() else None
-        self._directory = Path(tempfile.mkdtemp(prefix="dapo-lora-", dir=base))
-        self._version = 0
-        self.lora_request = None  # the adapter every generate call carries; None before the first sync
+        self.shelf = AdapterShelf(llm, owner)
         self._open = None  # (BucketAssembler, {name: tensor}, start time) while an update is open
+
+    @property
+    def lora_request(self):
+        """The adapter every generate call carries; None before the first sync (the base model)."""
+        return self.shelf.get(POLICY_ADAPTER)
 
     def begin(self) -> None:
         self._open = (BucketAssembler(), {}, time.perf_counter())
@@ -338,30 +339,14 @@ class EngineAdapter:
         self._update()[1].update((name, tensor.clone()) for name, tensor in weights)
 
     def finish(self) -> float:
-        """Write the adapter, register it under a new version and drop the previous one. Returns the
-        seconds since `begin`."""
-        from safetensors.torch import save_file
-        from vllm.lora.request import LoRARequest
-
+        """Serve the adapter in place of the previous one. Returns the seconds since `begin`."""
         assembler, tensors, start = self._update()
         self._open = None
         if assembler.incomplete() or not tensors:
             raise RuntimeError(
                 f"{self.owner}: the adapter update is incomplete: {assembler.incomplete()[:5] or 'no tensors'}"
             )
-        self._version += 1
-        path = self._directory / f"v{self._version}"
-        path.mkdir()
-        save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, path / "adapter_model.safetensors")
-        (path / "adapter_config.json").write_text(json.dumps(self.config))
-        previous = self.lora_request
-        # A new id and name per version: vLLM reloads an adapter only for an id it does not hold,
-        # and its prefix cache keys blocks by the adapter's name.
-        self.lora_request = LoRARequest(f"policy-v{self._version}", self._version, str(path))
-        if previous is not None:
-            remove_adapter(self.llm, previous.lora_int_id)
-            shutil.rmtree(previous.lora_path, ignore_errors=True)
-        add_adapter(self.llm, self.lora_request)
+        self.shelf.put(POLICY_ADAPTER, tensors, self.config)
         return time.perf_counter() - start
 
     def parameters(self, names: list[str]) -> dict[str, np.ndarray]:
@@ -375,10 +360,10 @@ class EngineAdapter:
 
     def engine_adapters(self) -> set[int]:
         """The ids of the adapters the engine holds (the current version's only, once synced)."""
-        return adapter_ids(self.llm)
+        return self.shelf.engine_adapter_ids()
 
     def close(self) -> None:
-        shutil.rmtree(self._directory, ignore_errors=True)
+        self.shelf.close()
 
     def _update(self):
         if self._open is None:

@@ -31,7 +31,7 @@ SERVER_COMMAND = [
     json.dumps(GAME),
 ]
 ADAPTER = "envs.openenv_servers.textarena_game:TextArenaGameAdapter"
-ITERATIONS = 8
+ITERATIONS = 6
 
 config = smollm2_game_config(
     "dapo_openenv", {"server_command": SERVER_COMMAND, "adapter": ADAPTER}, ITERATIONS

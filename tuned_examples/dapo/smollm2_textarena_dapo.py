@@ -12,7 +12,7 @@ from dapo_rllib.cli.train import run_example
 from dapo_rllib.experiments.real_model import smollm2_game_config
 
 GAME = {"game": "GuessTheNumber-v0", "game_options": {"min_number": 1, "max_number": 5, "max_turns": 4}}
-ITERATIONS = 8
+ITERATIONS = 6
 
 config = smollm2_game_config("dapo_textarena", GAME, ITERATIONS)
 stop = {"training_iteration": ITERATIONS}
