@@ -67,6 +67,8 @@ class Extras:
     INVALID_MOVES = Info.INVALID_MOVES  # moves the game refused (0 where the environment has none)
     ENV_ERROR = Info.ENV_ERROR  # the kind of failure the environment ended the episode in ("" if none)
     ROLE = "role"  # the role the episode's policy played (self-play: the game and seat); absent: `DEFAULT_ROLE`
+    OPPONENT = "opponent"  # games of two players: who played the other seat (a policy, script or league snapshot)
+    OUTCOME = Info.OUTCOME  # games of two players: the episode's `Outcome` ("" where the game failed)
 
 
 DEFAULT_ROLE = "policy"  # the one role of the episodes of a single-agent environment
@@ -142,6 +144,12 @@ class Metrics:
     ELO = "elo"  # the model's; "elo/<opponent>" each opponent's
     DRAW_RATE = "draw_rate"  # evaluation/<game source>/vs_<opponent>/: games drawn (won: avg@n)
     ROLE_BASELINES = "role_baselines"  # adv_estimator="rae": a section of its own, under rollout/: each role's baseline
+    # league/ (league_size >= 1): the league's snapshots, the odds of drawing each and the trained policy's
+    # training games against them, per step.
+    LEAGUE = "league"
+    LEAGUE_SIZE = "size"
+    LEAGUE_WIN_RATE = "win_rate"  # the trained policy's wins in this step's games against the league
+    LEAGUE_ODDS = "odds"  # a section of its own, under league/: the odds of drawing each snapshot next step
 
     # timing/: wall seconds of the phases of one training step, logged as RLlib timers
     # (`TIMERS`) next to RLlib's own, which TensorBoard shows under these names.

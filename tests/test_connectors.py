@@ -19,10 +19,11 @@ def episode(prompt, response, reward, group_id, *, truncated=False, acc=None, ro
     return turns_episode(prompt, [(response, logp, [])], reward, group_id, truncated=truncated, acc=acc, role=role)
 
 
-def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None, broken_task="", role=None):
+def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None, broken_task="", role=None, game=None):
     """An episode of `turns` [(model ids, vLLM log-probs, environment ids after)], shaped as the env runner
     builds it: a step per turn, the environment's ids the next observation, the reward at the end; `role`:
-    the role its policy played, as a self-play env runner marks it (None: a single-agent episode's)."""
+    the role its policy played, as a self-play env runner marks it (None: a single-agent episode's); `game`:
+    (opponent, outcome) of a game of two players."""
     ep = SingleAgentEpisode()
     ep.add_env_reset(observation=np.array(prompt))
     for t, (model_ids, logp, env_ids) in enumerate(turns):
@@ -40,7 +41,8 @@ def turns_episode(prompt, turns, reward, group_id, *, truncated=False, acc=None,
                 Extras.BROKEN_TASK: broken_task,
                 Extras.ROLLOUT_LOGP: np.asarray(logp, np.float32),
             }
-            | ({} if role is None else {Extras.ROLE: role}),
+            | ({} if role is None else {Extras.ROLE: role})
+            | ({} if game is None else {Extras.OPPONENT: game[0], Extras.OUTCOME: game[1]}),
         )
     return ep
 

@@ -5,6 +5,7 @@ the self-play runs."""
 from types import SimpleNamespace
 
 import pytest
+from ray.rllib.core import DEFAULT_MODULE_ID
 from transformers import AutoTokenizer
 
 from dapo_rllib.columns import Info
@@ -25,15 +26,16 @@ def tokenizer(tiny_model_path):
 
 class ScriptedEngine:
     """Stands in for vLLM's generate: replies `reply(prompt text)`, tokenized, ended by the end-of-turn token,
-    cut to the request's max_tokens; records each request's seed."""
+    cut to the request's max_tokens; records each request's seed and policy."""
 
     def __init__(self, tokenizer, reply):
-        self.tokenizer, self.reply, self.seeds = tokenizer, reply, []
+        self.tokenizer, self.reply, self.seeds, self.policies = tokenizer, reply, [], []
 
-    def generate(self, prompts, params):
+    def generate(self, prompts, params, policies):
         outputs = []
-        for prompt, param in zip(prompts, params):
+        for prompt, param, policy in zip(prompts, params, policies):
             self.seeds.append(param.seed)
+            self.policies.append(policy)
             ids = self.tokenizer.encode(self.reply(self.tokenizer.decode(prompt)), add_special_tokens=False)
             ids.append(self.tokenizer.eos_token_id)
             cut = len(ids) > param.max_tokens
@@ -162,3 +164,13 @@ def test_a_failing_game_fails_every_model_seat(tokenizer):
     assert game.end == EndReason.ENV_ERROR
     for seat in game.seats.values():
         assert seat.final_info[Info.ENV_ERROR] == RAISED and "the game broke" in seat.final_info[Info.ENV_ERROR_MESSAGE]
+
+
+def test_a_snapshots_seat_samples_from_the_snapshot_in_the_same_batch(tokenizer):
+    # Both take 3 from 13, player 1 played by a league snapshot: its requests name it, player 0's the trained policy.
+    loop, engine = game_loop(tokenizer, lambda prompt: "[3]")
+    start = GameStart(PILE_13, {"player_0": (0,), "player_1": (1,)}, policies={"player_1": "league_4"})
+    game = play(loop, start)
+    assert (game.seats["player_0"].policy, game.seats["player_1"].policy) == (DEFAULT_MODULE_ID, "league_4")
+    # Moves by player 0, 1, 0, 1, 0 (the last refused): 10, 7, 4, 1.
+    assert engine.policies == [DEFAULT_MODULE_ID, "league_4", DEFAULT_MODULE_ID, "league_4", DEFAULT_MODULE_ID]

@@ -1,6 +1,8 @@
 """Self-play on the built-in take-away game through DAPO's loop (RLlib's, vLLM's, the tiny model): both seats
 played by the one policy, role-conditioned advantages, validation against the scripted opponents.
 
+A league run trains LoRA adapters against frozen snapshots of them, served side by side by the engine.
+
 The tiny model is not trained on the game: these tests hold whatever it replies (a reply without a move loses
 the game at once); learning is shown by the self-play example."""
 
@@ -8,11 +10,12 @@ import math
 
 import numpy as np
 import pytest
+from ray import tune
 from ray.rllib.algorithms.algorithm import Algorithm
 
 import dapo_rllib  # noqa: F401  (registers "dapo_take_away")
 from dapo_rllib.columns import Metrics
-from dapo_rllib.rollout.matchups import versus
+from dapo_rllib.rollout.matchups import versus, versus_league
 from tests.test_dapo_integration import learner_weights, tiny_config
 from tests.test_multi_turn import SMALL_MULTI_TURN_STEPS
 
@@ -93,3 +96,82 @@ def test_training_against_a_scripted_opponent_gives_one_group_per_request(ray_se
         algo.stop()
     assert result[Metrics.ROLLOUT][Metrics.GROUPS_KEPT] == GAME_STEPS["train_batch_size_prompts"]
     assert set(result[Metrics.ROLLOUT][Metrics.ROLE_BASELINES]) <= {"TakeAway/player_0", "TakeAway/player_1"}
+
+
+# Adapters of rank 8, synced as adapters: the engine serves the trained policy's and the league's side by side.
+LEAGUE = dict(lora_rank=8, lora_sync="adapter", lr=2e-3, league_size=2, league_snapshot_every=1)
+
+
+@pytest.fixture(scope="module")
+def league_run(ray_session, tiny_model_path, tmp_path_factory):
+    """A league run's first iteration (result, the engine's adapters); its second iteration, and the same by an
+    algorithm restored from the checkpoint after the first, each with the league's state and learner weights."""
+    checkpoint = tmp_path_factory.mktemp("league")
+    config = take_away_config(tiny_model_path, **LEAGUE).multi_agent(policy_mapping_fn=versus_league)
+    algo = config.build_algo()
+    try:
+        first = algo.train()
+        runner = algo.env_runner
+        served = {name: runner.adapter_tensors(name) for name in ("policy", "league_0", "league_1")}
+        held_ids = runner.engine_adapter()[1]
+        algo.save_to_path(str(checkpoint))
+        continued = (algo.train(), algo.get_state()["league"], learner_weights(algo))
+        league_1_after = runner.adapter_tensors("league_1")
+    finally:
+        algo.stop()
+    restored = Algorithm.from_checkpoint(str(checkpoint))
+    try:
+        resumed = (restored.train(), restored.get_state()["league"], learner_weights(restored))
+    finally:
+        restored.stop()
+    return (first, served, held_ids, league_1_after), continued, resumed
+
+
+def test_a_league_serves_the_initial_policy_and_each_snapshot_beside_the_trained_adapter(league_run):
+    (result, served, held_ids, league_1_after), *_ = league_run
+    league = result[Metrics.ROLLOUT][Metrics.LEAGUE]
+    # league_0 (the initial policy) played step 1; league_1 joined after it: the odds of step 2 are even.
+    assert league[Metrics.LEAGUE_SIZE] == 2 and 0 <= league[Metrics.LEAGUE_WIN_RATE] <= 1
+    assert league[Metrics.LEAGUE_ODDS] == {"league_0": 0.5, "league_1": 0.5}
+    assert len(held_ids) == 3  # the trained policy's adapter and two snapshots, in one engine
+    # The initial adapter's B matrices are zero (the base model); league_1 froze the policy after step 1.
+    assert all(not value.any() for key, value in served["league_0"].items() if "lora_B" in key)
+    for key, value in served["policy"].items():
+        np.testing.assert_array_equal(served["league_1"][key], value, err_msg=key)
+        np.testing.assert_array_equal(league_1_after[key], value, err_msg=key)  # frozen while the policy trains
+
+
+def test_validation_plays_each_snapshot_and_rates_it(league_run):
+    (result, *_), *_ = league_run
+    for opponent in (*OPPONENTS, "league_0", "league_1"):
+        against = result["evaluation"][f"take_away/vs_{opponent}"]
+        assert (against["num_problems"], against["num_samples"]) == (2, 4)
+        assert math.isfinite(result["evaluation"]["take_away"][f"{Metrics.ELO}/{opponent}"])
+
+
+def test_a_resumed_league_run_continues_exactly(league_run):
+    _, (continued, continued_league, continued_weights), (resumed, resumed_league, resumed_weights) = league_run
+    assert resumed[Metrics.ROLLOUT][Metrics.LEAGUE] == continued[Metrics.ROLLOUT][Metrics.LEAGUE]
+    assert resumed_league["results"] == continued_league["results"]
+    assert list(resumed_league["snapshots"]) == list(continued_league["snapshots"]) == ["league_1", "league_2"]
+    for name, value in continued_weights.items():
+        np.testing.assert_allclose(resumed_weights[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_tune_searches_the_league_size_and_snapshot_interval(ray_session, tiny_model_path, tmp_path):
+    config = take_away_config(tiny_model_path, **LEAGUE).multi_agent(policy_mapping_fn=versus_league)
+    # Two trials: a snapshot every step into a league of 1, and every 2 steps into a league of 2.
+    config.training(
+        league_size=tune.grid_search([1, 2]),
+        league_snapshot_every=tune.sample_from(lambda spec: spec.config.league_size),
+    )
+    config.evaluation(evaluation_interval=0)
+    run = tune.RunConfig(stop={"training_iteration": 1}, storage_path=str(tmp_path), verbose=0)
+    results = tune.Tuner("DAPO", param_space=config, run_config=run).fit()
+    assert not results.errors
+    leagues = {
+        (r.config["league_size"], r.config["league_snapshot_every"]): set(r.metrics["rollout"]["league"]["odds"])
+        for r in results
+    }
+    # After step 1: league_0 and, where a snapshot is due every step, league_1, the oldest leaving past the size.
+    assert leagues == {(1, 1): {"league_1"}, (2, 2): {"league_0"}}

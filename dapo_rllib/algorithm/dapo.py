@@ -48,6 +48,7 @@ from dapo_rllib.algorithm.learner import DAPOTorchLearner, LearnerSettings
 from dapo_rllib.algorithm.loss import LossSettings, RolloutCorrectionSettings
 from dapo_rllib.algorithm.role_baselines import RoleBaselines
 from dapo_rllib.algorithm.runner_fleet import RunnerFleet
+from dapo_rllib.algorithm.self_play.league import League, LeagueSettings, check_league_config
 from dapo_rllib.algorithm.validation import EvaluationSettings, as_stats, evaluate_heldout, heldout_results
 from dapo_rllib.columns import Metrics
 from dapo_rllib.doctor.run import check_before_run
@@ -117,6 +118,7 @@ class DAPOConfig(AlgorithmConfig):
     rollout_correction_settings = _FeatureSettingsAttribute(RolloutCorrectionSettings)
     weight_sync_settings = _FeatureSettingsAttribute(WeightSyncSettings)
     evaluation_settings = _FeatureSettingsAttribute(EvaluationSettings)
+    league_settings = _FeatureSettingsAttribute(LeagueSettings)
 
     def __init__(self, algo_class=None):
         super().__init__(algo_class=algo_class or DAPO)
@@ -147,8 +149,8 @@ class DAPOConfig(AlgorithmConfig):
         vllm_engine_kwargs), `TurnSettings` (max_turns, tools), `SamplingSettings` (group_size, batch
         sizes, dynamic sampling), `LearnerSettings` (mini- and micro-batches, optimizer),
         `LossSettings` (policy loss, advantage estimator, clipping, KL), `OverlongSettings`,
-        `RolloutCorrectionSettings`, `WeightSyncSettings`, `LoraSettings`, `DeepSpeedSettings`; and
-        `async_rollout` (this class).
+        `RolloutCorrectionSettings`, `WeightSyncSettings`, `LoraSettings`, `DeepSpeedSettings`,
+        `LeagueSettings` (self-play); and `async_rollout` (this class).
         """
         super().training(**self._set_own(kwargs, TRAINING_SETTING_NAMES))
         return self
@@ -273,6 +275,7 @@ class DAPOConfig(AlgorithmConfig):
 
     def _validate_across_features(self) -> None:
         longest = self.sampler_settings.longest_sequence
+        check_league_config(self)
         require(
             self.train_batch_size_prompts % self.minibatch_size_prompts == 0,
             f"train_batch_size_prompts={self.train_batch_size_prompts} must be a multiple of minibatch_size_prompts={self.minibatch_size_prompts}",
@@ -361,6 +364,7 @@ TRAINING_SETTINGS = (
     WeightSyncSettings,
     LoraSettings,
     DeepSpeedSettings,
+    LeagueSettings,
 )
 TRAINING_SETTING_NAMES = {name for settings in TRAINING_SETTINGS for name in settings.defaults()} | {"async_rollout"}
 FEATURE_SETTINGS_ATTRIBUTES = tuple(
@@ -424,6 +428,8 @@ class DAPO(Algorithm):
         self._fleet = RunnerFleet(
             self.env_runner_group, self.eval_env_runner_group, self.learner_group, config, self._learner_lock
         )
+        self._league = League.for_config(config, self._fleet)
+        self._league.start()  # its first snapshot, before a request's matchup is asked
         # The training data's position lives here, not in the env runners, so that a replaced runner
         # neither restarts nor repeats the epoch: a new order, as the training env's config defines it.
         group = self.env_runner_group
@@ -496,6 +502,7 @@ class DAPO(Algorithm):
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER), reduce="mean", window=1):
             buckets = self.sync_weights_to_env_runners()
         self.metrics.log_value((Metrics.ROLLOUT, Metrics.WEIGHT_SYNC_BUCKETS), buckets, window=1)
+        self._league.after_step(self.iteration + 1, groups, self.metrics)  # snapshots follow the step's sync
         count_restored_env_runners(self, self._fleet.pop_restored_count())  # those brought back mid-sampling
 
     @override(Algorithm)
@@ -589,7 +596,7 @@ class DAPO(Algorithm):
     @override(Algorithm)
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         state = super().get_state(components, not_components=not_components, **kwargs)
-        state |= self._sampler.get_state() | self._role_baselines.get_state()
+        state |= self._sampler.get_state() | self._role_baselines.get_state() | self._league.get_state()
         if self._fleet.curriculum_levels is not None:
             state[Metrics.CURRICULUM_LEVELS] = self._fleet.curriculum_levels
         if self._pending_groups is not None:
@@ -603,6 +610,7 @@ class DAPO(Algorithm):
         self._pending_groups = state.get(PENDING_GROUPS)
         self._sampler.set_state(state)
         self._role_baselines.set_state(state)
+        self._league.set_state(state)
         if Metrics.CURRICULUM_LEVELS in state:
             self._set_curriculum_levels(state[Metrics.CURRICULUM_LEVELS])
         if COMPONENT_LEARNER_GROUP in state:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
+import numpy as np
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from dapo_rllib.rollout.env_runner_group import (
@@ -19,6 +20,7 @@ from dapo_rllib.rollout.env_runner_group import (
     on_env_runners,
     sample_on_env_runners,
 )
+from dapo_rllib.rollout.matchups import LeagueDraw
 from dapo_rllib.rollout.weight_sync import stream_weights
 
 logger = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ class RunnerFleet:
         self.learner_group, self.config, self.learner_lock = learner_group, config, learner_lock
         self._restored_since_read = 0  # runners brought back since `pop_restored_count`
         self.curriculum_levels: dict[str, int] | None = None  # the algorithm's; a restarted runner gets them
+        # The league every engine serves (`serve_league`): its draw and its snapshots' adapters, by name.
+        self._league: tuple[LeagueDraw, dict[str, dict[str, np.ndarray]]] | None = None
 
     def sample(self, requests: list[tuple[int, int]], metrics: MetricsLogger) -> list[SampleReport]:
         """The env runners' reports for `(problem index, group id)` requests, spread over those in service."""
@@ -81,6 +85,9 @@ class RunnerFleet:
             if self.curriculum_levels is not None:
                 levels = self.curriculum_levels
                 on_env_runners(group, lambda runner: runner.set_curriculum_levels(levels), restored)
+            if self._league is not None:
+                league, snapshots = self._league
+                on_env_runners(group, lambda runner: runner.serve_league(league, snapshots, []), restored)
             logger.info(f"[DAPO] env runner(s) {sorted(restored)} restarted and given the current weights")
         return restored
 
@@ -99,3 +106,22 @@ class RunnerFleet:
             targets = [(group or self.env_runner_group, env_runner_ids)]
         with self.learner_lock:
             return stream_weights(self.learner_group, targets, self.config.weight_sync_settings.bucket_bytes)
+
+    # ----- the league (dapo_rllib.algorithm.self_play.league) ----------------------------------------------
+    def policy_adapter(self) -> dict[str, np.ndarray]:
+        """The trained policy's adapter tensors as the engines serve them (the first training runner's)."""
+        group = self.env_runner_group
+        return on_env_runners(group, lambda runner: runner.adapter_tensors(), list(group.healthy_worker_ids())[:1])[0]
+
+    def serve_league(
+        self, league: LeagueDraw, snapshots: dict[str, dict[str, np.ndarray]], *, replace: bool = False
+    ) -> None:
+        """Every engine serves exactly `snapshots` as adapters and draws opponents from `league`: the snapshots
+        new to it are sent and those gone removed, or with `replace` (a restored checkpoint's league, whose
+        names may be taken) all are sent again."""
+        served = set(self._league[1]) if self._league is not None else set()
+        added = {name: tensors for name, tensors in snapshots.items() if replace or name not in served}
+        removed = sorted(served if replace else served - set(snapshots))
+        for group in filter(None, (self.env_runner_group, self.eval_env_runner_group)):
+            on_env_runners(group, lambda runner: runner.serve_league(league, added, removed))
+        self._league = (league, dict(snapshots))

@@ -1,7 +1,8 @@
 """The self-play examples' settings: the tiny take-away model on the built-in take-away game, and their report.
 
 `take_away_config` is shared self-play (RLlib's default policy_mapping_fn maps both agents to the one
-policy) with role-conditioned advantages; the comparison run sets `versus(<script>)` on the same config.
+policy) with role-conditioned advantages; the comparison run sets `versus(<script>)` on the same config;
+`take_away_league_config` trains LoRA adapters against a league of their own frozen snapshots.
 `report_versus` prints what the examples end with: the win rate against each scripted opponent (held out,
 seat-swapped) before -> after, and the Elo table of the model and the opponents.
 """
@@ -14,6 +15,7 @@ from dapo_rllib.models.tiny import ensure_tiny_model
 from dapo_rllib.reporting.eval_metrics import MODEL_PLAYER, versus_source
 from dapo_rllib.reporting.tables import format_table
 from dapo_rllib.rollout.game_loop import RANDOM_SCRIPT, SCRIPTS
+from dapo_rllib.rollout.matchups import versus_league
 from dapo_rllib.tasks.games.take_away import TakeAwayEnv
 
 ITERATIONS = 100
@@ -53,6 +55,24 @@ def take_away_config() -> DAPOConfig:
     )
 
 
+def take_away_league_config() -> DAPOConfig:
+    """`take_away_config` training rank-8 LoRA adapters (lr 1e-3) against a league (`versus_league`): the
+    initial policy and a snapshot every 10 steps, the last 4 kept, drawn by PFSP; each snapshot an adapter the
+    engine serves beside the trained one (`lora_sync="adapter"`). Validation also plays every snapshot."""
+    return (
+        take_away_config()
+        .training(
+            lora_rank=8,
+            lora_sync="adapter",
+            lr=1e-3,
+            league_size=4,
+            league_snapshot_every=10,
+            league_opponent_sampling="pfsp",
+        )
+        .multi_agent(policy_mapping_fn=versus_league)
+    )
+
+
 def report_versus(outcomes, run_dir=None) -> None:
     """Win rate vs each script, before -> after, and the Elo table (an example's `after_run`); a run that
     stopped before validating after training (every `VALIDATION_INTERVAL` iterations) says so instead."""
@@ -65,6 +85,12 @@ def report_versus(outcomes, run_dir=None) -> None:
     for opponent, key in wins.items():
         print(f"win rate vs {opponent}: {before[key]:.3f} -> {after[key]:.3f}")
     elo = f"{game}/{Metrics.ELO}"
-    players = {MODEL_PLAYER: elo} | {opponent: f"{elo}/{opponent}" for opponent in SCRIPTS}
-    rows = [[player, round(before[key]), round(after[key])] for player, key in players.items()]
+    # The scripts, and in a league run the snapshots (league_0, the initial policy, is rated before training).
+    opponents = [key.removeprefix(f"{elo}/") for key in {**before, **after} if key.startswith(f"{elo}/")]
+    players = {MODEL_PLAYER: elo} | {opponent: f"{elo}/{opponent}" for opponent in opponents}
+    rows = [[player, *(_rounded(run.get(key)) for run in (before, after))] for player, key in players.items()]
     print(format_table([[f"Elo ({RANDOM_SCRIPT} = 1000)", "before", "after"], *rows]))
+
+
+def _rounded(rating: float | None) -> int | str:
+    return "-" if rating is None else round(rating)

@@ -74,6 +74,12 @@ class AdapterShelf:
             raise KeyError(f"{self.owner} serves no adapter named {name!r}; it serves {sorted(self._requests)}")
         return self._requests[name]
 
+    def tensors(self, name: str) -> dict[str, torch.Tensor]:
+        """The tensors `name` serves, as the engine read them."""
+        from safetensors.torch import load_file
+
+        return load_file(Path(self.request(name).lora_path) / "adapter_model.safetensors")
+
     def get(self, name: str):
         """`request(name)`, or None where `name` serves nothing yet (the base model)."""
         return self._requests.get(name)

@@ -29,7 +29,6 @@ import json
 import time
 from collections.abc import Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 import numpy as np
@@ -300,11 +299,13 @@ class MergedWeights(Mapping):
         return len(self._weights)
 
 
-def engine_lora_kwargs(rank: int) -> dict[str, Any]:
-    """vLLM engine arguments to serve adapters of ``rank``: one adapter at a time (the sync removes the
-    previous one before the engine generates again)."""
+def engine_lora_kwargs(rank: int, league_size: int = 0) -> dict[str, Any]:
+    """vLLM engine arguments to serve adapters of ``rank``: the trained policy's (the sync removes the previous
+    one before the engine generates again) and the ``league_size`` snapshots of a league, all in one batch
+    and all held at once (vLLM would evict and reload an adapter past ``max_cpu_loras``)."""
     max_rank = next(allowed for allowed in VLLM_MAX_LORA_RANKS if allowed >= rank)
-    return {"enable_lora": True, "max_lora_rank": max_rank, "max_loras": 1}
+    adapters = 1 + league_size
+    return {"enable_lora": True, "max_lora_rank": max_rank, "max_loras": adapters, "max_cpu_loras": adapters}
 
 
 class EngineAdapter:
@@ -353,9 +354,7 @@ class EngineAdapter:
         """The adapter tensors last written, by name (for tests and debugging)."""
         if self.lora_request is None:
             return {}
-        from safetensors.torch import load_file
-
-        held = load_file(Path(self.lora_request.lora_path) / "adapter_model.safetensors")
+        held = self.shelf.tensors(POLICY_ADAPTER)
         return {name: held[name].float().numpy() for name in names if name in held}
 
     def engine_adapters(self) -> set[int]:

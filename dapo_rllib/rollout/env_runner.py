@@ -45,10 +45,11 @@ from tqdm import tqdm
 
 from dapo_rllib.columns import Extras, Info, Metrics
 from dapo_rllib.contracts import EvalRecord
-from dapo_rllib.models.lora import EngineAdapter, lora_adapter_config
+from dapo_rllib.models.lora import POLICY_ADAPTER, EngineAdapter, lora_adapter_config
 from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.rollout.game_sampling import GameSampling
+from dapo_rllib.rollout.matchups import LeagueDraw
 from dapo_rllib.rollout.timing import RolloutTiming
 from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, Turn, TurnLoop
 from dapo_rllib.rollout.vllm_engine import (
@@ -172,11 +173,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
         cfg = self.config
 
-        def generate(prompts, params):
+        def generate(prompts, params, policies):
             prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
-            # None for full fine-tuning; with LoRA, the adapter of the last sync (None before it: the base model)
-            adapter = getattr(self._engine_weights, "lora_request", None)
-            return self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
+            return self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._adapters(policies))
 
         return TurnLoop(
             generate=generate,
@@ -190,6 +189,23 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             seed=lambda stream: request_seed(cfg.seed, *stream),
             env_timeout_s=cfg.env_timeout_s,
         )
+
+    def _adapters(self, policies: list[str]):
+        """The LoRA request of each prompt's policy: None for full fine-tuning; with LoRA, the trained policy's
+        adapter of the last sync (None before it: the base model), or a league snapshot's. One request where
+        all prompts share it."""
+        held = getattr(self._engine_weights, "lora_request", None)
+        if set(policies) <= {DEFAULT_MODULE_ID}:
+            return held
+        # (vLLM's CPU backend would sample a prompt without an adapter from another prompt's adapter.)
+        if held is None:
+            raise RuntimeError(
+                f"env runner {self.worker_index} was asked for {sorted(set(policies) - {DEFAULT_MODULE_ID})} beside "
+                "the trained policy, which has no adapter: league snapshots are LoRA adapters (lora_sync='adapter'), "
+                "served once the trained policy's adapter is synced"
+            )
+        shelf = self._engine_weights.shelf
+        return [held if policy == DEFAULT_MODULE_ID else shelf.request(policy) for policy in policies]
 
     @override(EnvRunner)
     def sample(self, *, requests: list[tuple[int, int]], explore: bool = True, **kwargs) -> list[SingleAgentEpisode]:
@@ -219,7 +235,8 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         self.metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, turns, reduce="lifetime_sum")
         self.metrics.log_value(NUM_EPISODES, len(episodes), reduce="sum")
         self.metrics.log_value(NUM_EPISODES_LIFETIME, len(episodes), reduce="lifetime_sum")
-        self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
+        if episodes:  # none where, in every game, the other player ended it before the trained seat moved
+            self.metrics.log_value(EPISODE_RETURN_MEAN, float(np.mean([e.get_return() for e in episodes])), window=1)
         return episodes
 
     def groups_per_request(self) -> int:
@@ -403,6 +420,27 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
             return None, set()
         request = self._engine_weights.lora_request
         return (None if request is None else request.lora_name), self._engine_weights.engine_adapters()
+
+    # ----- the league's snapshots (dapo_rllib.algorithm.self_play.league), served as adapters ----------------
+    def adapter_tensors(self, name: str = POLICY_ADAPTER) -> dict[str, np.ndarray]:
+        """The tensors of an adapter this engine serves: by default the trained policy's, what a league snapshot
+        freezes; or a snapshot's, by its name."""
+        return {key: tensor.numpy() for key, tensor in self._engine_weights.shelf.tensors(name).items()}
+
+    def serve_league(self, league: LeagueDraw, added: dict[str, dict[str, np.ndarray]], removed: list[str]) -> None:
+        """Serve the `added` snapshots (adapters of the trained policy's shape) beside the trained policy, stop
+        serving the `removed` ones, and draw the games' opponents from `league` (`rollout.matchups.versus_league`)."""
+        if self._games is None or not isinstance(self._engine_weights, EngineAdapter):
+            raise ValueError(
+                f"a league (league_size >= 1) plays games of two players with adapters: env {self.config.env!r} is "
+                f"{'not a game of two players' if self._games is None else 'served without adapters'}"
+            )
+        shelf, config = self._engine_weights.shelf, self._engine_weights.config
+        for name in removed:
+            shelf.remove(name)
+        for name, tensors in added.items():
+            shelf.put(name, {key: torch.as_tensor(tensor) for key, tensor in tensors.items()}, config)
+        self._games.league = league
 
     @override(Checkpointable)
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray.rllib.core import DEFAULT_MODULE_ID
+
 from dapo_rllib.columns import Info
 from dapo_rllib.contracts import check_score_result
 from dapo_rllib.rollout.chat_turns import TurnRenderer
@@ -50,12 +52,14 @@ class GameStart:
         seat_streams: The agents the model plays, each with its seed stream (`vllm_engine.request_seed`).
         scripts: The other agents, each with its script's name (`SCRIPTS`).
         script_seed: Seeds the scripts' random moves.
+        policies: The policy of each model seat not played by the trained policy (a league snapshot).
     """
 
     problem_index: int
     seat_streams: Mapping[str, tuple[int, ...]]
     scripts: Mapping[str, str] = field(default_factory=dict)
     script_seed: int = 0
+    policies: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -114,7 +118,14 @@ class GameLoop:
         for start in starts:
             twin = env.spawn()
             seats = {
-                agent: EpisodeRollout(twin, start.problem_index, [], stream, self.renderer)
+                agent: EpisodeRollout(
+                    twin,
+                    start.problem_index,
+                    [],
+                    stream,
+                    self.renderer,
+                    policy=start.policies.get(agent, DEFAULT_MODULE_ID),
+                )
                 for agent, stream in start.seat_streams.items()
             }
             games.append(GameRollout(twin, seats, start.scripts, random.Random(start.script_seed)))

@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
+from ray.rllib.core import DEFAULT_MODULE_ID
 
 from dapo_rllib.columns import Info
 from dapo_rllib.contracts import ScoreInfo, check_score_result, score_info
@@ -115,6 +116,7 @@ class EpisodeRollout:
         seed_stream: The episode's seed stream (`vllm_engine.request_seed`); the turn number is appended.
         renderer: Renders the environment's messages for this episode's tools.
         prompt_truncated: The prompt was left-truncated to max_prompt_length.
+        policy: The policy that samples its turns: the trained one, or a league snapshot in a game.
     """
 
     env: ProblemEnv
@@ -123,6 +125,7 @@ class EpisodeRollout:
     seed_stream: tuple[int, ...]
     renderer: TurnRenderer
     prompt_truncated: bool = False
+    policy: str = DEFAULT_MODULE_ID
     turns: list[Turn] = field(default_factory=list)
     end: EndReason | None = None
     final_info: ScoreInfo | None = None
@@ -181,7 +184,8 @@ class TurnLoop:
     """Runs episodes to their end, a turn at a time.
 
     Args:
-        generate: ``generate(prompts: list[list[int]], params: list[SamplingParams])`` -> vLLM's outputs.
+        generate: ``generate(prompts: list[list[int]], params: list[SamplingParams], policies: list[str])`` ->
+            vLLM's outputs, each prompt sampled from its policy.
         make_params: ``make_params(seed, max_tokens, stop)`` -> the SamplingParams of one turn.
         tokenizer: The policy's tokenizer (texts are decoded with it for the environment).
         parser: Reads tool calls from a model turn (episodes whose environment has tools).
@@ -238,7 +242,7 @@ class TurnLoop:
             seed = self.seed((*episode.seed_stream, len(episode.turns)))
             params.append(self.make_params(seed, self.budget - episode.response_length, stop))
         start = time.perf_counter()
-        outputs = self.generate(prompts, params)
+        outputs = self.generate(prompts, params, [episode.policy for episode in active])
         timing.generation_s += time.perf_counter() - start
         completions = [output.outputs[0] for output in outputs]
         timing.generated_tokens += sum(len(c.token_ids) for c in completions)

@@ -109,7 +109,7 @@ def build_vllm_engine(config, seed: int):
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(4096, kwargs["max_model_len"]))
         kwargs.update(kv_cache_memory_bytes=cpu_kv_cache_bytes(config))
     if config.lora_sync_path == "adapter":
-        kwargs.update(engine_lora_kwargs(config.lora_settings.rank))
+        kwargs.update(engine_lora_kwargs(config.lora_settings.rank, config.league_size))
     kwargs.update(config.vllm_engine_kwargs)
     with known_native_lines_dropped():
         llm = LLM(**kwargs)
