@@ -17,6 +17,7 @@ import dapo_rllib  # noqa: F401  (registers "dapo_take_away")
 from dapo_rllib.columns import Metrics
 from dapo_rllib.rollout.matchups import versus, versus_league
 from tests.test_dapo_integration import learner_weights, tiny_config
+from tests.test_lora import learner_adapters
 from tests.test_multi_turn import SMALL_MULTI_TURN_STEPS
 
 # The rules make a long first message for the tiny model's character-level tokenizer.
@@ -113,6 +114,7 @@ def league_run(ray_session, tiny_model_path, tmp_path_factory):
         first = algo.train()
         runner = algo.env_runner
         served = {name: runner.adapter_tensors(name) for name in ("policy", "league_0", "league_1")}
+        served["learner"] = learner_adapters(algo)
         held_ids = runner.engine_adapter()[1]
         algo.save_to_path(str(checkpoint))
         continued = (algo.train(), algo.get_state()["league"], learner_weights(algo))
@@ -134,10 +136,13 @@ def test_a_league_serves_the_initial_policy_and_each_snapshot_beside_the_trained
     assert league[Metrics.LEAGUE_SIZE] == 2 and 0 <= league[Metrics.LEAGUE_WIN_RATE] <= 1
     assert league[Metrics.LEAGUE_ODDS] == {"league_0": 0.5, "league_1": 0.5}
     assert len(held_ids) == 3  # the trained policy's adapter and two snapshots, in one engine
-    # The initial adapter's B matrices are zero (the base model); league_1 froze the policy after step 1.
+    # The initial adapter's B matrices are zero (the base model); league_1 is the learner's adapter after step 1,
+    # so the engine samples it with the learner's log-probs (tests/test_adapter_shelf.py, tests/test_lora.py).
     assert all(not value.any() for key, value in served["league_0"].items() if "lora_B" in key)
-    for key, value in served["policy"].items():
+    assert sorted(served["league_1"]) == sorted(served["learner"])
+    for key, value in served["learner"].items():
         np.testing.assert_array_equal(served["league_1"][key], value, err_msg=key)
+        np.testing.assert_array_equal(served["policy"][key], value, err_msg=key)
         np.testing.assert_array_equal(league_1_after[key], value, err_msg=key)  # frozen while the policy trains
 
 

@@ -2,7 +2,8 @@
 a number of 1-5 found with "higher"/"lower" hints in at most 4 guesses, a move per model turn.
 
 A group's episodes play the same game (the same seed); held-out games are other seeds (`dapo_textarena`,
-docs/guides/environments.md). Validation reports the win rate (avg@4 of the win), the turns and the invalid moves.
+docs/guides/environments.md). Validation reports the win rate (avg@4 of the win), the turns and the invalid moves,
+before training and after the last iteration.
 
     python tuned_examples/dapo/smollm2_textarena_dapo.py --no-tune
 """
@@ -14,7 +15,7 @@ from dapo_rllib.experiments.real_model import smollm2_game_config
 GAME = {"game": "GuessTheNumber-v0", "game_options": {"min_number": 1, "max_number": 5, "max_turns": 4}}
 ITERATIONS = 6
 
-config = smollm2_game_config("dapo_textarena", GAME, ITERATIONS)
+config = smollm2_game_config("dapo_textarena", GAME, ITERATIONS).evaluation(evaluation_interval=ITERATIONS)
 stop = {"training_iteration": ITERATIONS}
 
 if __name__ == "__main__":
