@@ -165,6 +165,7 @@ class Metrics:
     GENERATION_TOKENS_PER_S = "generation_tokens_per_s"
     ITERATION_S = "iteration_s"
     EVALUATION_S = "evaluation_s"
+    LEAGUE_S = "league_s"  # a league's snapshot (from an engine to every engine) and the odds of the next draws
     EVAL_TIME_S = "eval_time_s"  # in the evaluation results (next to RLlib's counters) and `rllib evaluate`'s report
 
     # learner/: the update.

@@ -166,6 +166,12 @@ KNOWN_LINES = (
         "request carries its own seed (`vllm_engine.request_seed`).",
     ),
     KnownLine(
+        "vllm.v1.engine.input_processor",
+        r"vLLM has deprecated support for supporting different tokenizers for different LoRAs\..*",
+        "said at the first LoRA request whatever it holds: DAPO's adapters (the trained policy's and a "
+        "league's snapshots) never carry a tokenizer; every one uses the base model's.",
+    ),
+    KnownLine(
         "vllm.engine.arg_utils",
         r"This model does not officially support disabling chunked prefill\. Disabling this manually may "
         r"cause the engine to crash or produce incorrect outputs\.",

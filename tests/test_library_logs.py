@@ -51,6 +51,12 @@ START = [
     ),
     ("vllm.config.vllm", "Model Runner V2 requires Triton; using the V1 model runner instead."),
     (
+        "vllm.v1.engine.input_processor",
+        "vLLM has deprecated support for supporting different tokenizers for different LoRAs. By default, vLLM uses "
+        "base model's tokenizer. If you are using a LoRA with its own tokenizer, consider specifying `--tokenizer "
+        "[lora_path]` to use the LoRA tokenizer.",
+    ),
+    (
         "vllm.config.vllm",
         "Enforce eager set, disabling torch.compile, CUDAGraphs, and JIT kernel warmup. This is equivalent to "
         "setting -cc.mode=none -cc.cudagraph_mode=none and --kernel_config.enable_jit_warmup=False",

@@ -23,9 +23,10 @@ VALIDATION_INTERVAL = 20
 EVAL_GAMES, EVAL_SAMPLES = 32, 4
 
 
-def take_away_config() -> DAPOConfig:
+def take_away_config(model_path: str | None = None) -> DAPOConfig:
     """Shared self-play on take-away: 16 positions x 8 games a step (a group per seat), RAE, lr 1e-4;
-    validation on 32 held-out positions x 4 games per seat against each script, every 20 iterations."""
+    validation on 32 held-out positions x 4 games per seat against each script, every 20 iterations. The
+    model: the tiny take-away model (built on first use), or `model_path`."""
     return (
         DAPOConfig()
         .environment("dapo_take_away", env_config={"num_problems": 512})
@@ -36,7 +37,7 @@ def take_away_config() -> DAPOConfig:
             evaluation_config={"env_config": {"split": "test", "num_problems": EVAL_GAMES}},
         )
         .training(
-            model_path=str(ensure_tiny_model(task="take_away")),
+            model_path=model_path or str(ensure_tiny_model(task="take_away")),
             adv_estimator="rae",
             # Under RAE a group whose games all ended alike still has a signal: no dynamic sampling.
             dynamic_sampling=False,
@@ -55,12 +56,12 @@ def take_away_config() -> DAPOConfig:
     )
 
 
-def take_away_league_config() -> DAPOConfig:
+def take_away_league_config(model_path: str | None = None) -> DAPOConfig:
     """`take_away_config` training rank-8 LoRA adapters (lr 1e-3) against a league (`versus_league`): the
     initial policy and a snapshot every 10 steps, the last 4 kept, drawn by PFSP; each snapshot an adapter the
     engine serves beside the trained one (`lora_sync="adapter"`). Validation also plays every snapshot."""
     return (
-        take_away_config()
+        take_away_config(model_path)
         .training(
             lora_rank=8,
             lora_sync="adapter",

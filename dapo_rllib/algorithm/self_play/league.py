@@ -16,9 +16,11 @@ runner (`RunnerFleet.serve_league`).
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, ClassVar
 
 import numpy as np
+from ray.rllib.utils.metrics import TIMERS
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from dapo_rllib.algorithm.connectors import episode_value
@@ -108,6 +110,7 @@ class League:
         when one is due, and set the odds of the next step's draws; the league's metrics go to `metrics`."""
         if not self.active:
             return
+        start = time.perf_counter()
         played = {outcome: 0 for outcome in _OUTCOMES}
         for episode in (ep for group in groups for ep in group.episodes):
             opponent, outcome = episode_value(episode, Extras.OPPONENT), episode_value(episode, Extras.OUTCOME)
@@ -118,6 +121,7 @@ class League:
             self._snapshot(step)
         else:
             self.fleet.serve_league(self.draw(), self.snapshots)
+        metrics.log_value((TIMERS, Metrics.LEAGUE_S), time.perf_counter() - start, window=1)
         league = (Metrics.ROLLOUT, Metrics.LEAGUE)
         metrics.log_value((*league, Metrics.LEAGUE_SIZE), len(self.snapshots), window=1)
         if games := sum(played.values()):
