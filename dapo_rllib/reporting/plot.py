@@ -35,6 +35,10 @@ PANELS: dict[str, tuple[str, ...]] = {
     "validation tool use": (tag(EVALUATION_RESULTS, f"*/{Metrics.TOOL_USE}"),),
     "games: validation Elo": (tag(EVALUATION_RESULTS, f"*/{Metrics.ELO}"),),
     "games: refused moves per episode": (tag(Metrics.ROLLOUT, Metrics.INVALID_MOVES),),
+    "league: win rate in training, odds of each snapshot": (
+        tag(Metrics.ROLLOUT, f"{Metrics.LEAGUE}/{Metrics.LEAGUE_WIN_RATE}"),
+        tag(Metrics.ROLLOUT, f"{Metrics.LEAGUE}/{Metrics.LEAGUE_ODDS}/*"),
+    ),
 }
 COLUMNS = 3  # panels per row
 PLOT_FILE = "dapo_curves.png"
