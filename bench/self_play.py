@@ -1,6 +1,6 @@
 """A self-play step against a league, and what a league of adapter snapshots costs (a benchmark).
 
-    python bench/self_play.py [--steps 6] [--smoke]
+    python bench/self_play.py [--steps 6] [--smoke] [--memory-only]
 
 Part 1, the step: training steps of the league example (tuned_examples/dapo/tiny_take_away_league.py: the tiny
 take-away model's rank-8 adapters against a league of 4 of their snapshots, PFSP), with a snapshot every step
@@ -16,13 +16,15 @@ memory after the engine started and after the N + 1 adapters are served, the byt
 (what the driver and each checkpoint hold per snapshot), and the time of one batched generation of 32 prompts
 whose adapters are spread over all N + 1 against one where every prompt samples the trained adapter.
 
-A full run writes bench/results/self_play.json and self_play.md; `--smoke` (CI) runs one step on the test
+`--memory-only` runs part 2 alone (part 1 builds the tiny take-away model on first use, 18 minutes here). A full
+run writes bench/results/self_play.json and self_play.md; `--smoke` (CI) runs one step on the test
 suite's tiny model and part 2 with N = 2 on it, and writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import subprocess
 import sys
@@ -115,22 +117,28 @@ def league_memory(league_size: int, smoke: bool) -> dict[str, Any]:
         max_response_length=16,
     )
     ensure_policy_model(config.model_settings)
-    before = rss_bytes()
-    llm = build_vllm_engine(config, seed=0)
-    started = rss_bytes()
+    # The adapters first (random B matrices: each a policy of its own), so that the model they are cut from is
+    # gone before the engine's memory is measured.
     peft = apply_lora(AutoModelForCausalLM.from_pretrained(config.policy_model_path), LoraSettings(rank=RANK))
-    shelf, lora_json = AdapterShelf(llm, "bench"), adapter_config(peft)
     names = ["policy", *(f"league_{k}" for k in range(league_size))]
-    generator = torch.Generator().manual_seed(0)
-    for name in names:  # random B matrices: each adapter a policy of its own
-        tensors = {
+    generator, lora_json = torch.Generator().manual_seed(0), adapter_config(peft)
+    adapters = {
+        name: {
             key: torch.randn(value.shape, generator=generator) * 0.01 if "lora_B" in key else value.detach().clone()
             for key, value in adapter_tensors(peft).items()
         }
-        shelf.put(name, tensors, lora_json)
-    snapshot_bytes = sum(t.numel() * 4 for t in tensors.values())
+        for name in names
+    }
     del peft
+    gc.collect()
+    before = rss_bytes()
+    llm = build_vllm_engine(config, seed=0)
+    started = rss_bytes()
+    shelf = AdapterShelf(llm, "bench")
+    for name, tensors in adapters.items():
+        shelf.put(name, tensors, lora_json)
     served = rss_bytes()
+    snapshot_bytes = sum(t.numel() * 4 for t in adapters["policy"].values())
     from vllm import SamplingParams
 
     prompts = [{"prompt_token_ids": [1 + k % 50] * 8} for k in range(SMOKE_PROMPTS if smoke else PROMPTS)]
@@ -167,16 +175,18 @@ def memory_rows(smoke: bool) -> list[dict[str, Any]]:
 
 
 def markdown(steps: list[dict[str, float]], memory: list[dict[str, Any]], setup: dict[str, Any]) -> str:
-    mean = {key: float(np.mean([row[key] for row in steps])) for key in steps[0]}
-    lines = [
-        f"Setup: {json.dumps(setup)}",
-        "",
-        "A league step (mean of the steps after the first; seconds):",
-        "",
-        "| " + " | ".join(mean) + " |",
-        "|" + "---|" * len(mean),
-        "| " + " | ".join(f"{v:.2f}" for v in mean.values()) + " |",
-        "",
+    lines = [f"Setup: {json.dumps(setup)}", ""]
+    if steps:
+        mean = {key: float(np.mean([row[key] for row in steps])) for key in steps[0]}
+        lines += [
+            "A league step (mean of the steps after the first; seconds):",
+            "",
+            "| " + " | ".join(mean) + " |",
+            "|" + "---|" * len(mean),
+            "| " + " | ".join(f"{v:.2f}" for v in mean.values()) + " |",
+            "",
+        ]
+    lines += [
         f"A league of N snapshots in one engine (rank {RANK}, float32 adapters):",
         "",
         "| N | engine RSS (GB) | N + 1 adapters served (MB RSS) | one snapshot's tensors (MB) "
@@ -195,14 +205,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="league steps measured (after a warm-up step)")
     parser.add_argument("--smoke", action="store_true", help="each part briefly, nothing written (CI)")
+    parser.add_argument("--memory-only", action="store_true", help="part 2 alone: a league's snapshots in one engine")
     parser.add_argument("--league-memory", type=int, help=argparse.SUPPRESS)  # part 2's child process
     args = parser.parse_args()
     if args.league_memory is not None:
         print(json.dumps(league_memory(args.league_memory, args.smoke)))
         return
-    setup = {"machine": machine(), "steps": 1 if args.smoke else args.steps, "smoke": args.smoke}
-    print("part 1: league steps", flush=True)
-    steps = step_times(setup["steps"], args.smoke)
+    setup = {"machine": machine(), "steps": 0 if args.memory_only else 1 if args.smoke else args.steps}
+    setup["smoke"] = args.smoke
+    steps = []
+    if not args.memory_only:
+        print("part 1: league steps", flush=True)
+        steps = step_times(setup["steps"], args.smoke)
     print("part 2: a league's snapshots in one engine", flush=True)
     memory = memory_rows(args.smoke)
     report = markdown(steps, memory, setup)
