@@ -2,6 +2,7 @@
 each model seat's sequence, scripted opponents, cuts, failures and seeds. The real engine plays games in
 the self-play runs."""
 
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -12,7 +13,7 @@ from dapo_rllib.columns import Info
 from dapo_rllib.rollout.chat_turns import TurnRenderer
 from dapo_rllib.rollout.game_loop import GameLoop, GameStart
 from dapo_rllib.rollout.turn_loop import EndReason, TurnLoop
-from dapo_rllib.tasks.env_failures import RAISED
+from dapo_rllib.tasks.env_failures import RAISED, TIMEOUT
 from dapo_rllib.tasks.games.take_away import TakeAway, TakeAwayEnv
 
 PILE_13 = 0  # problem 0 of the training split: 13 stones
@@ -50,7 +51,7 @@ class ScriptedEngine:
         return outputs
 
 
-def game_loop(tokenizer, reply, *, max_turns=8, budget=512):
+def game_loop(tokenizer, reply, *, max_turns=8, budget=512, env_timeout_s=10):
     engine = ScriptedEngine(tokenizer, reply)
     turns = TurnLoop(
         generate=engine.generate,
@@ -60,7 +61,7 @@ def game_loop(tokenizer, reply, *, max_turns=8, budget=512):
         max_turns=max_turns,
         budget=budget,
         seed=lambda stream: hash(stream) % 1000,
-        env_timeout_s=10,
+        env_timeout_s=env_timeout_s,
     )
     renderer = TurnRenderer(tokenizer)
     return GameLoop(turns, renderer, lambda messages: (renderer.prompt_ids(messages), False)), engine
@@ -164,6 +165,31 @@ def test_a_failing_game_fails_every_model_seat(tokenizer):
     assert game.end == EndReason.ENV_ERROR
     for seat in game.seats.values():
         assert seat.final_info[Info.ENV_ERROR] == RAISED and "the game broke" in seat.final_info[Info.ENV_ERROR_MESSAGE]
+
+
+class StuckTakeAway(TakeAway):
+    """A game whose move never returns until the test releases it."""
+
+    released = threading.Event()
+
+    def play(self, seat, move):
+        self.released.wait()
+        super().play(seat, move)
+
+
+class StuckTakeAwayEnv(TakeAwayEnv):
+    new_game = StuckTakeAway
+
+
+def test_a_move_that_never_returns_fails_every_model_seat_at_the_timeout(tokenizer):
+    loop, _ = game_loop(tokenizer, lambda prompt: "[1]", env_timeout_s=0.5)
+    try:
+        game = play(loop, GameStart(PILE_13, {"player_0": (0,), "player_1": (1,)}), env=StuckTakeAwayEnv())
+    finally:
+        StuckTakeAway.released.set()  # lets the abandoned call's thread finish
+    assert game.end == EndReason.ENV_ERROR
+    for seat in game.seats.values():
+        assert seat.final_info[Info.ENV_ERROR] == TIMEOUT
 
 
 def test_a_snapshots_seat_samples_from_the_snapshot_in_the_same_batch(tokenizer):
