@@ -87,16 +87,23 @@ def test_a_resumed_self_play_run_continues_exactly(shared_run):
         np.testing.assert_allclose(resumed_weights[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
-def test_training_against_a_scripted_opponent_gives_one_group_per_request(ray_session, tiny_model_path):
-    config = take_away_config(tiny_model_path).multi_agent(policy_mapping_fn=versus("heuristic"))
+def test_training_against_a_scripted_opponent_async_with_tis_gives_one_group_per_request(ray_session, tiny_model_path):
+    # An env runner actor generates step 2's games while the learner updates on step 1's; TIS corrects the
+    # trained seat's tokens for that step of staleness.
+    config = take_away_config(tiny_model_path, async_rollout=True, rollout_correction="tis")
+    config.multi_agent(policy_mapping_fn=versus("heuristic")).env_runners(num_env_runners=1)
     config.evaluation(evaluation_interval=0, val_before_train=False)
     algo = config.build_algo()
     try:
-        result = algo.train()
+        results = [algo.train() for _ in range(2)]
     finally:
         algo.stop()
-    assert result[Metrics.ROLLOUT][Metrics.GROUPS_KEPT] == GAME_STEPS["train_batch_size_prompts"]
-    assert set(result[Metrics.ROLLOUT][Metrics.ROLE_BASELINES]) <= {"TakeAway/player_0", "TakeAway/player_1"}
+    for result in results:
+        assert result[Metrics.ROLLOUT][Metrics.GROUPS_KEPT] == GAME_STEPS["train_batch_size_prompts"]
+        assert set(result[Metrics.ROLLOUT][Metrics.ROLE_BASELINES]) <= {"TakeAway/player_0", "TakeAway/player_1"}
+        assert 0 < result["learners"]["default_policy"][Metrics.ROLLOUT_IS_WEIGHT_MEAN] <= 2.0
+    # The first games are sampled with the learner's weights: the mismatch is float32 noise.
+    assert results[0]["learners"]["default_policy"][Metrics.ROLLOUT_LOGP_ABS_DIFF] < 0.01
 
 
 # Adapters of rank 8, synced as adapters: the engine serves the trained policy's and the league's side by side.
