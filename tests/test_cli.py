@@ -6,13 +6,14 @@ export. (Tune experiments: test_cli_tune.py; the code and tool examples and `rll
 """
 
 import json
+import os
 
 import numpy as np
 import pytest
 from rllib_command import FAST_EVAL, TENSORBOARD_TAGS, TINY, rllib, run_ok, scalar_tags
 from test_family_training import ONE_STEP
 
-from dapo_rllib.cli.main import main
+from dapo_rllib.cli.main import build_parser, main
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,28 @@ def test_help_lists_the_subcommands(capsys):
         assert exit.value.code == 0
         out = capsys.readouterr().out
         assert all(name in out for name in names), out
+
+
+def test_every_path_typed_is_made_absolute_and_names_are_kept(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "run" / "checkpoint_000002").mkdir(parents=True)
+    (tmp_path / "test.parquet").touch()
+    parser = build_parser()
+    evaluate = parser.parse_args(
+        ["evaluate", "runs/run/checkpoint_000002", "--data", "test.parquet", "--out", "r.json"]
+    )
+    assert (evaluate.model, evaluate.data, evaluate.out) == (
+        str(tmp_path / "runs" / "run" / "checkpoint_000002"),
+        str(tmp_path / "test.parquet"),
+        str(tmp_path / "r.json"),
+    )
+    export = parser.parse_args(["export", "runs/run/checkpoint_000002", "my_model/"])
+    assert export.out_dir == str(tmp_path / "my_model")
+    # Names that are no paths here stay names; URIs stay URIs.
+    named = parser.parse_args(["evaluate", "smollm2-135m-instruct", "--data", "arithmetic"])
+    assert (named.model, named.data) == ("smollm2-135m-instruct", "arithmetic")
+    train = parser.parse_args(["train", "file", "f.py", "--storage-path", "s3://b/runs", "--restore", "ck"])
+    assert (train.storage_path, train.restore) == ("s3://b/runs", "ck")
 
 
 def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
@@ -185,8 +208,11 @@ def test_evaluate_a_checkpoint_on_another_dataset(dapo_run, tmp_path):
     data = tmp_path / "eval.jsonl"
     write_jsonl(map(problem_to_row, generate_arithmetic_problems("test", 6)), data)
     results = tmp_path / "results.json"
-    checkpoint = dapo_run["run_dir"] / "checkpoint_000002"
-    out = run_ok("evaluate", checkpoint, "--data", data, "--num-samples", "3", "--out", results, cwd=tmp_path)
+    # Every path relative, from another directory than the run's, as the README's command types them.
+    checkpoint = os.path.relpath(dapo_run["run_dir"] / "checkpoint_000002", tmp_path)
+    out = run_ok(
+        "evaluate", checkpoint, "--data", "eval.jsonl", "--num-samples", "3", "--out", "results.json", cwd=tmp_path
+    )
     assert "avg@3" in out and "maj@3" in out and f"results (every number, per problem too): {results}" in out
     report = json.loads(results.read_text())
     metrics = report["metrics"]["arithmetic"]
@@ -206,7 +232,7 @@ def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_pat
     from dapo_rllib.rollout.vllm_engine import release_startup_objects
 
     out_dir = tmp_path / "hf"
-    run_ok("export", dapo_run["run_dir"] / "checkpoint_000002", out_dir, cwd=tmp_path)
+    run_ok("export", os.path.relpath(dapo_run["run_dir"] / "checkpoint_000002", tmp_path), "hf", cwd=tmp_path)
     exported = AutoModelForCausalLM.from_pretrained(out_dir)
     trained = RLModule.from_checkpoint(policy_module_path(dapo_run["run_dir"] / "checkpoint_000002")).model
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path)

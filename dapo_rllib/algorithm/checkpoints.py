@@ -107,5 +107,6 @@ def build_with_policy(path: str | Path, adjust: Callable[[AlgorithmConfig], Any]
 
 
 def policy_module_path(path: str | Path, module_id: str = DEFAULT_MODULE_ID) -> Path:
-    """Where a checkpoint keeps the state of one RLModule."""
-    return _checked(path) / COMPONENT_LEARNER_GROUP / COMPONENT_LEARNER / COMPONENT_RL_MODULE / module_id
+    """Where a checkpoint keeps the state of one RLModule, as an absolute path: `RLModule.from_checkpoint` reads a
+    relative one as a URI without a scheme."""
+    return _checked(path).resolve() / COMPONENT_LEARNER_GROUP / COMPONENT_LEARNER / COMPONENT_RL_MODULE / module_id

@@ -9,6 +9,7 @@ from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.doctor.report import format_table, write_json
 from dapo_rllib.doctor.run import DoctorSettings, run_doctor
 from dapo_rllib.models.resolve import MODEL_DTYPES
+from dapo_rllib.paths import input_path, output_path
 
 #: The sequence lengths the context check assumes unless given: a small run's. DAPOConfig's own defaults (the
 #: paper's 2,048 + 20,480) exceed the context of most models one checks before a first run.
@@ -18,7 +19,9 @@ CHECKED_LENGTH = 1024
 def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     defaults, run = DoctorSettings(), DAPOConfig()
     parser.add_argument(
-        "model", help="Hugging Face model directory, GGUF file, or packaged model (smollm2-135m-instruct)"
+        "model",
+        type=input_path,
+        help="Hugging Face model directory, GGUF file, or packaged model (smollm2-135m-instruct)",
     )
     parser.add_argument("--dtype", default=run.model_dtype, choices=MODEL_DTYPES, help="model_dtype of the run")
     parser.add_argument(
@@ -32,7 +35,7 @@ def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens of each completion")
     parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--out", default=None, help="also write the checks' values as JSON here")
+    parser.add_argument("--out", type=output_path, default=None, help="also write the checks' values as JSON here")
 
 
 def run_doctor_command(args: argparse.Namespace) -> int:

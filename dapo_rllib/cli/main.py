@@ -25,6 +25,7 @@ from dapo_rllib.cli.doctor import add_doctor_arguments, run_doctor_command
 from dapo_rllib.cli.evaluate import evaluate
 from dapo_rllib.cli.train import TrainOptions, add_train_options, json_dict, load_config_file, train
 from dapo_rllib.models.resolve import ensure_model_directory, is_model_file_source
+from dapo_rllib.paths import input_path, output_path
 from dapo_rllib.reporting.plot import plot_run
 from dapo_rllib.tasks.data.convert import add_convert_arguments, run_convert
 
@@ -76,7 +77,9 @@ def _add_train(commands) -> None:
     train_kinds = train.add_subparsers(dest="kind", required=True, metavar="{file}")
     train_file = train_kinds.add_parser("file", help="train the AlgorithmConfig named `config` in a Python file")
     train_file.add_argument(
-        "file", help="Python file defining `config` (an AlgorithmConfig) and optionally `stop` (a dict)"
+        "file",
+        type=input_path,
+        help="Python file defining `config` (an AlgorithmConfig) and optionally `stop` (a dict)",
     )
     add_train_options(train_file).set_defaults(func=_train)
 
@@ -86,10 +89,13 @@ def _add_evaluate(commands) -> None:
         "evaluate", help="validation metrics (avg@n, pass@k, maj@n, ...) of a model directory or checkpoint"
     )
     evaluate.add_argument(
-        "model", help="Hugging Face model directory, or algorithm checkpoint directory (checkpoint_NNNNNN)"
+        "model",
+        type=input_path,
+        help="Hugging Face model directory, or algorithm checkpoint directory (checkpoint_NNNNNN)",
     )
     evaluate.add_argument(
         "--data",
+        type=input_path,
         default=None,
         help="DAPO-format .parquet/.jsonl eval file (e.g. ../shared/data/aime-2024.parquet) or 'arithmetic' (default for checkpoints: their eval dataset)",
     )
@@ -141,7 +147,10 @@ def _add_evaluate(commands) -> None:
         help="extra vllm.LLM arguments as JSON, e.g. '{\"tensor_parallel_size\": 4}'",
     )
     evaluate.add_argument(
-        "--out", default=None, help="JSON results file (default: eval_results/<model>__<data>__n<n>.json)"
+        "--out",
+        type=output_path,
+        default=None,
+        help="JSON results file (default: eval_results/<model>__<data>__n<n>.json)",
     )
     evaluate.set_defaults(func=_evaluate)
 
@@ -152,9 +161,13 @@ def _add_export(commands) -> None:
         help="write a DAPO checkpoint's policy, a GGUF file or a packaged model as a Hugging Face model directory",
     )
     export.add_argument(
-        "checkpoint", help="algorithm checkpoint directory, GGUF file, or packaged model (e.g. smollm2-135m-instruct)"
+        "checkpoint",
+        type=input_path,
+        help="algorithm checkpoint directory, GGUF file, or packaged model (e.g. smollm2-135m-instruct)",
     )
-    export.add_argument("out_dir", help="output directory (save_pretrained layout, tokenizer included)")
+    export.add_argument(
+        "out_dir", type=output_path, help="output directory (save_pretrained layout, tokenizer included)"
+    )
     export.add_argument(
         "--merge",
         action="store_true",
@@ -185,8 +198,10 @@ def _add_data(commands) -> None:
 
 def _add_plot(commands) -> None:
     plot = commands.add_parser("plot", help="draw a DAPO run's curves into one PNG")
-    plot.add_argument("run_dir", help="run directory (or Tune experiment directory) with TensorBoard event files")
-    plot.add_argument("--out", default=None, help="PNG path (default: <run_dir>/dapo_curves.png)")
+    plot.add_argument(
+        "run_dir", type=input_path, help="run directory (or Tune experiment directory) with TensorBoard event files"
+    )
+    plot.add_argument("--out", type=output_path, default=None, help="PNG path (default: <run_dir>/dapo_curves.png)")
     plot.set_defaults(func=_plot)
 
 

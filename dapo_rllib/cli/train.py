@@ -37,6 +37,7 @@ from ray.tune.utils import flatten_dict
 from dapo_rllib.algorithm.checkpoints import check_checkpoint_algorithm, refuse_another_algorithms_checkpoint
 from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.columns import Metrics
+from dapo_rllib.paths import input_path, is_uri, output_path
 from dapo_rllib.reporting.plot import find_runs, plot_run
 from dapo_rllib.reporting.progress import IterationSummary, lookup, summary_line
 from dapo_rllib.reporting.tables import format_table
@@ -103,6 +104,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--storage-path",
+        type=output_path,
         default="runs",
         help="parent directory of the run directory: a path every node can reach, or a URI such as s3://bucket/runs (default: ./runs)",
     )
@@ -124,6 +126,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--restore",
+        type=input_path,
         default=None,
         help="checkpoint (directory or URI) to resume from: iteration counter, weights, optimizer, data position",
     )
@@ -194,11 +197,6 @@ def load_config_file(path: str | Path) -> ConfigFile:
     if after_run is not None and not callable(after_run):
         raise ValueError(f"`after_run` in {str(path)!r} must be a function (outcomes, run_dir), got {after_run!r}")
     return ConfigFile(config, stop, after_run)
-
-
-def is_uri(path: str | Path) -> bool:
-    """A location such as s3://bucket/runs, which pyarrow opens and Path would mangle."""
-    return "://" in str(path)
 
 
 def _exists(path: str) -> bool:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from dapo_rllib.paths import input_path, output_path
 from dapo_rllib.tasks.data.code_benchmarks import HUMANEVAL_STYLES
 from dapo_rllib.tasks.data.code_tasks import is_code_task_file, load_code_tasks, write_code_tasks
 from dapo_rllib.tasks.data.datasets import (
@@ -284,10 +285,11 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the arguments of :func:`run_convert` to ``parser``."""
     parser.add_argument(
         "input",
+        type=input_path,
         help="problems to convert: .jsonl, .parquet or .csv; code tasks (HumanEval, MBPP, LiveCodeBench rows, "
         ".jsonl.gz too); or env:NAME, the problems of a registered environment (env:dapo_reasoning_gym)",
     )
-    parser.add_argument("output", help="DAPO-format .parquet file to write")
+    parser.add_argument("output", type=output_path, help="DAPO-format .parquet file to write")
     parser.add_argument(
         "--question-field",
         default=None,
@@ -311,6 +313,7 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tokenizer",
+        type=input_path,
         default=None,
         help="local Hugging Face model or tokenizer directory, to measure prompts for --max-prompt-length",
     )
