@@ -518,6 +518,44 @@ def ppo_checkpoint(tmp_path):
     return path
 
 
+@pytest.mark.parametrize(
+    "method, settings, message",
+    [
+        ("training", {"grop_size": 8}, "DAPOConfig.training() has no setting 'grop_size' (close ones: 'group_size'"),
+        ("training", {"lrr": 1e-6}, "DAPOConfig.training() has no setting 'lrr' (close ones: 'lr'"),
+        (
+            "evaluation",
+            {"eval_num_sample": 4},
+            "DAPOConfig.evaluation() has no setting 'eval_num_sample' (close ones: 'eval_num_samples'",
+        ),
+        (
+            "env_runners",
+            {"num_env_runner": 1},
+            "DAPOConfig.env_runners() has no setting 'num_env_runner' (close ones: 'num_env_runners'",
+        ),
+        (
+            "reporting",
+            {"tensorboard": "x"},
+            "DAPOConfig.reporting() has no setting 'tensorboard' (close ones: 'tensorboard_dir'",
+        ),
+        (
+            "training",
+            {"zzz": 1},
+            "DAPOConfig.training() has no setting 'zzz' (every setting: docs/reference/settings.md)",
+        ),
+    ],
+)
+def test_a_misspelled_setting_is_named_with_the_close_ones(method, settings, message):
+    from dapo_rllib.algorithm.dapo import DAPOConfig
+    from dapo_rllib.algorithm.setting_names import UnknownSettingError
+
+    config = DAPOConfig()
+    with pytest.raises(UnknownSettingError) as error:
+        getattr(config, method)(**settings)
+    assert str(error.value).startswith(message), str(error.value)
+    assert "\n" not in str(error.value) and isinstance(error.value, TypeError)
+
+
 def test_dapo_config_with_a_missing_model_directory(tmp_path):
     from dapo_rllib.algorithm.dapo import DAPOConfig
 
@@ -693,7 +731,14 @@ CONFIGS = Path(__file__).resolve().parent / "configs"
     [
         (["train", "file", "nowhere.py"], "config file 'nowhere.py' does not exist"),
         (["train", "file", str(CONFIGS / "without_config.py")], "must define an AlgorithmConfig named `config`"),
-        (["train", "file", str(CONFIGS / "ppo_cartpole.py"), "--config", '{"lrr": 1}'], "unknown settings ['lrr']"),
+        (
+            ["train", "file", str(CONFIGS / "ppo_cartpole.py"), "--config", '{"lrr": 1}'],
+            "--config names unknown settings of PPOConfig (with close ones): {'lrr': ['lr']}",
+        ),
+        (
+            ["train", "file", str(CONFIGS / "misspelled_setting.py")],
+            "error: DAPOConfig.training() has no setting 'grop_size' (close ones: 'group_size',",
+        ),
         (["train", "file", str(CONFIGS / "ppo_cartpole.py"), "--stop", "[1]"], "expected a JSON object"),
         (
             ["evaluate", "nowhere"],

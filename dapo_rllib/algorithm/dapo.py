@@ -49,6 +49,7 @@ from dapo_rllib.algorithm.loss import LossSettings, RolloutCorrectionSettings
 from dapo_rllib.algorithm.role_baselines import RoleBaselines
 from dapo_rllib.algorithm.runner_fleet import RunnerFleet
 from dapo_rllib.algorithm.self_play.league import League, LeagueSettings, check_league_config
+from dapo_rllib.algorithm.setting_names import split_settings
 from dapo_rllib.algorithm.validation import EvaluationSettings, as_stats, evaluate_heldout, heldout_results
 from dapo_rllib.columns import Metrics
 from dapo_rllib.doctor.run import check_before_run
@@ -152,36 +153,28 @@ class DAPOConfig(AlgorithmConfig):
         `RolloutCorrectionSettings`, `WeightSyncSettings`, `LoraSettings`, `DeepSpeedSettings`,
         `LeagueSettings` (self-play); and `async_rollout` (this class).
         """
-        super().training(**self._set_own(kwargs, TRAINING_SETTING_NAMES))
+        super().training(**split_settings(self, kwargs, TRAINING_SETTING_NAMES, AlgorithmConfig.training))
         return self
 
     @override(AlgorithmConfig)
     def evaluation(self, **kwargs) -> "DAPOConfig":
         """RLlib's evaluation settings (evaluation_interval: every how many training iterations), plus
         how DAPO validates (`EvaluationSettings`: eval_dataset, eval_num_samples, ...)."""
-        super().evaluation(**self._set_own(kwargs, set(EvaluationSettings.defaults())))
+        super().evaluation(**split_settings(self, kwargs, EvaluationSettings.defaults(), AlgorithmConfig.evaluation))
         return self
 
     @override(AlgorithmConfig)
-    def reporting(self, *, tensorboard_dir: str | None = NotProvided, **kwargs) -> "DAPOConfig":
+    def reporting(self, **kwargs) -> "DAPOConfig":
         """RLlib's reporting settings, plus `tensorboard_dir` (see the class's attributes)."""
-        super().reporting(**kwargs)
-        if tensorboard_dir is not NotProvided:
-            self.tensorboard_dir = tensorboard_dir
+        super().reporting(**split_settings(self, kwargs, ("tensorboard_dir",), AlgorithmConfig.reporting))
         return self
-
-    def _set_own(self, kwargs: dict, names: set[str]) -> dict:
-        """Set the keywords that are DAPO's settings; return the others (RLlib's)."""
-        for name in names & kwargs.keys():
-            if kwargs[name] is not NotProvided:
-                setattr(self, name, kwargs[name])
-        return {name: value for name, value in kwargs.items() if name not in names}
 
     @override(AlgorithmConfig)
     def env_runners(self, *, create_local_env_runner: bool = NotProvided, **kwargs) -> "DAPOConfig":
         """RLlib's env runner settings. Unless `create_local_env_runner` is given, the driver gets
         an env runner (and with it a vLLM engine, which is expensive) only when there are no
         remote ones."""
+        kwargs = split_settings(self, kwargs, (), AlgorithmConfig.env_runners)
         super().env_runners(create_local_env_runner=create_local_env_runner, **kwargs)
         if create_local_env_runner is NotProvided:
             self.create_local_env_runner = self.num_env_runners == 0

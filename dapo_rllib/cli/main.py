@@ -21,6 +21,7 @@ from pathlib import Path
 
 import dapo_rllib  # noqa: F401  (registers the algorithms and the environments)
 from dapo_rllib.algorithm.export import export_hf_model_from_checkpoint
+from dapo_rllib.algorithm.setting_names import UnknownSettingError
 from dapo_rllib.cli.doctor import add_doctor_arguments, run_doctor_command
 from dapo_rllib.cli.evaluate import evaluate
 from dapo_rllib.cli.train import TrainOptions, add_train_options, json_dict, load_config_file, train
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         status = args.func(args)  # None, or a command's own exit status (doctor: 1 when a check failed)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, UnknownSettingError) as e:
         print(f"rllib {args.command}: error: {e}", file=sys.stderr)
         return 2
     return status or 0

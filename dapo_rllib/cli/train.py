@@ -36,6 +36,7 @@ from ray.tune.utils import flatten_dict
 
 from dapo_rllib.algorithm.checkpoints import check_checkpoint_algorithm, refuse_another_algorithms_checkpoint
 from dapo_rllib.algorithm.dapo import DAPOConfig
+from dapo_rllib.algorithm.setting_names import close_names
 from dapo_rllib.columns import Metrics
 from dapo_rllib.paths import input_path, is_uri, output_path
 from dapo_rllib.reporting.plot import find_runs, plot_run
@@ -283,7 +284,9 @@ def with_overrides(config: AlgorithmConfig, overrides: dict[str, Any]) -> Algori
     """A copy of `config` with `overrides` applied; unknown setting names are an error."""
     unknown = sorted(k for k in overrides if not hasattr(config, k))
     if unknown:
-        raise ValueError(f"--config names unknown settings {unknown} of {type(config).__name__}")
+        public = [name for name in vars(config) if not name.startswith("_")]
+        close = {name: close_names(name, public) for name in unknown}
+        raise ValueError(f"--config names unknown settings of {type(config).__name__} (with close ones): {close}")
     return config.copy(copy_frozen=False).update_from_dict(overrides)
 
 
