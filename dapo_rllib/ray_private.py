@@ -8,9 +8,12 @@ functions below for members DAPO calls or reads, `PRIVATE_MEMBERS` for the hooks
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 RAY_VERSION = "2.60.0"  # the version every member below was checked against
 
@@ -25,9 +28,9 @@ class PrivateMember:
 PRIVATE_MEMBERS = (
     PrivateMember(
         "ray.rllib.algorithms.algorithm_config:AlgorithmConfig",
-        "_value_error",
-        "validate() raises through it, as RLlib's own configs do: it honours "
-        "experimental(_validate_config=False), which a plain raise would not.",
+        "_validate_config",
+        "validate() honours experimental(_validate_config=False) as RLlib's own checks do (a warning instead of "
+        "the error); read here, not through _value_error, whose message adds a line on turning all checks off.",
     ),
     PrivateMember(
         "ray.rllib.core.learner.learner_group:LearnerGroup",
@@ -94,8 +97,12 @@ PRIVATE_MEMBERS = (
 
 
 def value_error(config, message: str) -> None:
-    """Raise `message` as a config error the way RLlib's `validate()` does."""
-    config._value_error(message)
+    """Raise `message` as a config error the way RLlib's `validate()` does, without the line RLlib appends ("To
+    suppress all validation errors, set `config.experimental(_validate_config=False)` at your own risk"): DAPO's
+    messages name the setting and the fix, and turning every check off is not one."""
+    if config._validate_config:
+        raise ValueError(message)
+    logger.warning(message)
 
 
 def learner_results(learner_group, results) -> list[Any]:

@@ -561,11 +561,15 @@ def test_dapo_config_with_a_missing_model_directory(tmp_path):
 
     missing = tmp_path / "no_model"
     config = DAPOConfig().training(model_path=str(missing))
-    _raises(
+    error = _raises(
         ValueError,
         [rf"model_path='{missing}' is not a Hugging Face model directory \(no config\.json\)"],
         config.validate,
     )
+    # The message is ours alone: RLlib's line on turning every check off is not a fix for it.
+    assert "_validate_config" not in str(error.value) and "\n" not in str(error.value)
+    # Turned off all the same (RLlib's switch), the error is a warning.
+    config.experimental(_validate_config=False).validate()
 
 
 def test_a_model_source_that_is_none_is_named_with_what_was_expected(tmp_path, monkeypatch):
