@@ -1,6 +1,6 @@
 # One entry point for setup, the main job, the tests and the benchmark.
-#   make train   - set up, build the tiny model if missing, train + evaluate the tiny DAPO example
-#   make test    - set up, build the test suite's tiny models if missing (a line each), run the test suite
+#   make train   - set up, train + evaluate the tiny DAPO example on the shipped tiny model
+#   make test    - set up, convert the test suite's real model if missing (a line), run the test suite
 #   make bench   - set up, run every benchmark in bench/ (step timing, scoring, scale, transport, TRL)
 #   make bench-smoke - every benchmark in its smoke mode (one short run each; CI runs it)
 #   make ablation - the DAPO paper's ablation, small (6 stages x 3 seeds, under an hour on 2 cores)
@@ -42,23 +42,20 @@ train-real: setup
 study-real: setup
 	$(PY) tuned_examples/dapo/smollm2_reasoning_gym_study.py
 
-# The suite's tiny models (the test recipes, as tests/conftest.py picks them) and its real model (converted
-# from the GGUF file a package ships) are made beside the suite, one after another with a line each (on a
-# fresh machine; they are cached in ~/.cache/dapo_rllib): the test files that need none of them run first
-# (tests/conftest.py orders the files by the models they need, in this order), and a test that needs a model
-# still being made waits for it (the build lock), never makes it a second time.
+# The suite's tiny models ship with the package (dapo_rllib/models/tiny/shipped.py); its real model is converted
+# from the GGUF file a package ships, beside the suite, with a line (on a fresh machine; it is cached in
+# ~/.cache/dapo_rllib): the test files that need it run last (tests/conftest.py), and a test that needs it before it
+# is ready waits for it (the build lock), never converts it a second time.
 # The suite runs in TEST_WORKERS processes (pytest-xdist), a test file each at a time, so that a file's shared
 # fixtures (one training run serving many assertions) stay in one process; the ten slowest tests are listed.
 # Two workers finish sooner even on 2 cores (the suite's processes wait on each other: process starts, Ray,
 # engines), but need the memory: a worker's process grows to ~11 GB by the real model's LoRA tests, beside its
 # env runner's ~3.4 GB, and two workers peaked at 23 GB of 24, where Ray's memory monitor kills an env runner
 # (measured in `make test` on 2 cores). So two workers with 32 GiB of memory or more, else one.
-TEST_MODELS := arithmetic code tool_arithmetic
 TEST_REAL_MODELS := smollm2-135m-instruct
 TEST_WORKERS ?= $(shell awk '/^MemTotal/ {print ($$2 >= 32 * 1024 * 1024) ? 2 : 1}' /proc/meminfo)
 test: setup
-	{ DAPO_RLLIB_TINY_RECIPES=test $(PY) -m dapo_rllib.models.tiny $(TEST_MODELS) && \
-	  $(PY) -m dapo_rllib.models $(TEST_REAL_MODELS); } & builder=$$!; \
+	$(PY) -m dapo_rllib.models $(TEST_REAL_MODELS) & builder=$$!; \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 tests; tests=$$?; \
 	wait $$builder && exit $$tests
 
@@ -72,8 +69,7 @@ docs: setup
 
 BENCHES := $(wildcard bench/*.py)
 # CI's smoke runs check that each benchmark, the ablation and the comparison still run, not their numbers:
-# they run on the test suite's tiny models (short warm starts; the sums one is built on first use), so that
-# a fresh machine never spends CI's time on a tuned example's full-length build.
+# they run on the test suite's tiny models (short warm starts), which are lighter to train and evaluate.
 SMOKE_MODELS := DAPO_RLLIB_TINY_RECIPES=test
 # The ablation's and the comparison's grids in smoke mode: one seed, 2 iterations, validation on 24 of the 120
 # held-out problems, at most 2 generation rounds a step (the test model finds few informative groups).

@@ -2,11 +2,12 @@
 
 A failing test that used a tiny model reports which one (a "tiny model" section, repeated at the
 end of the run): the fingerprint and held-out accuracy from its build record, and whether it is
-the build the tests were checked with (`dapo_rllib.models.tiny.REFERENCE_BUILDS`).
+the shipped build the tests were checked with (`dapo_rllib.models.tiny.shipped`).
 
-The tiny models are those of the test recipes (`dapo_rllib.models.tiny.TEST_RECIPES`: shorter warm starts,
-built in a fraction of the time): $DAPO_RLLIB_TINY_RECIPES=test, set here for the test run, its Ray workers
-and the `rllib` commands it starts. `DAPO_RLLIB_TINY_RECIPES=full` runs the suite on the tuned examples' models.
+The tiny models are those of the test recipes (`dapo_rllib.models.tiny.TEST_RECIPES`: shorter warm starts)
+where a task has one: $DAPO_RLLIB_TINY_RECIPES=test, set here for the test run, its Ray workers and the `rllib`
+commands it starts. `DAPO_RLLIB_TINY_RECIPES=full` runs the suite on the tuned examples' models. Both sets
+ship with the package: nothing is built.
 """
 
 import logging
@@ -47,7 +48,7 @@ def _tiny_model(request, path) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model_path(request):
-    """The built-in tiny model (built into the cache on first use, ~3 minutes on 2 cores)."""
+    """The built-in tiny model (shipped with the package)."""
     from dapo_rllib.models.tiny import ensure_tiny_model
 
     return _tiny_model(request, ensure_tiny_model())
@@ -67,7 +68,7 @@ def plain_tokenizer_path(tiny_model_path, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_code_model_path(request):
-    """The tiny model warm-started on the generated code tasks (built on first use, cached)."""
+    """The tiny model warm-started on the generated code tasks (shipped)."""
     from dapo_rllib.models.tiny import ensure_tiny_model
 
     return _tiny_model(request, ensure_tiny_model(task="code"))
@@ -75,29 +76,34 @@ def tiny_code_model_path(request):
 
 @pytest.fixture(scope="session")
 def tiny_tool_model_path(request):
-    """The tiny model warm-started to call the python tool on products (built on first use, cached)."""
+    """The tiny model warm-started to call the python tool on products (shipped)."""
     from dapo_rllib.models.tiny import ensure_tiny_model
 
     return _tiny_model(request, ensure_tiny_model(task="tool_arithmetic"))
 
 
-# The fixtures of models built on this machine, in the order `make test` builds them beside the suite (the
-# Makefile's `TEST_MODELS`: the tiny arithmetic, code and tool models, then the packaged real model).
-_BUILD_ORDER = ("tiny_model_path", "tiny_code_model_path", "tiny_tool_model_path", "smollm2_path")
+# The fixtures that start Ray or load a model: a test that uses one, directly or through another fixture, is
+# marked `engine`, as is every test of a module that says `pytestmark = pytest.mark.engine` (it starts Ray, an
+# engine or a model itself). `pytest -m "not engine"` runs the rest, the developer's inner loop.
+_ENGINE_FIXTURES = frozenset(
+    {"ray_session", "tiny_model_path", "tiny_code_model_path", "tiny_tool_model_path", "smollm2_path"}
+)
+# The real model is converted from its GGUF file beside the suite (`make test`): the files that need it run last.
+_BUILT_BESIDE_THE_SUITE = "smollm2_path"
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items):
-    """Order the files by the last model they need in `_BUILD_ORDER`: those that need no built model first, so
-    that they run while `make test` is still building the models, the real model's last. A test that needs a
-    model not built yet waits for it. Files stay whole (pytest-xdist's --dist loadfile), in order otherwise."""
-
-    def last_model_needed(item) -> int:
-        return max((rank for rank, name in enumerate(_BUILD_ORDER, 1) if name in item.fixturenames), default=0)
-
-    rank = {}
+    """Mark the `engine` tests, and order the files that need the real model last, so that `make test` converts it
+    while the others run (a test that needs it before then waits for it). Files stay whole (pytest-xdist's
+    --dist loadfile), in order otherwise."""
+    needs_real_model = set()
     for item in items:
-        rank[item.path] = max(rank.get(item.path, 0), last_model_needed(item))
-    items.sort(key=lambda item: rank[item.path])  # stable
+        if _ENGINE_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.engine)
+        if _BUILT_BESIDE_THE_SUITE in item.fixturenames:
+            needs_real_model.add(item.path)
+    items.sort(key=lambda item: item.path in needs_real_model)  # stable
 
 
 @pytest.fixture(scope="session")

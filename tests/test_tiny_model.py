@@ -1,12 +1,13 @@
-"""The tiny model's build record: the fingerprint of the weights, the comparison with the reference
-build a failing test reports, the seed of default builds and the pinned kernels (nothing is built
-here but the session's tiny model and a two-step one)."""
+"""The tiny model's build record: the fingerprint of the weights, the shipped reference builds and the comparison
+with them that a failing test reports, the seed of default builds and the pinned kernels (nothing is built here but
+a two-step model)."""
 
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,18 +18,34 @@ from dapo_rllib.models.tiny import (
     BUILD_RECORD,
     RECIPE_SET_ENV,
     RECIPES,
-    REFERENCE_BUILDS,
     SEED_ENV,
+    SHIPPED_DIR,
     TEST_RECIPES,
     build_environment,
+    cached_tiny_model_path,
     default_tiny_model_path,
     describe_build,
     is_reference_build,
     read_build_record,
     recipe_for,
+    shipped,
+    shipped_model_path,
+    shipped_versions,
     weights_fingerprint,
 )
 from dapo_rllib.models.tiny import build as tiny_build
+from dapo_rllib.models.tiny.recipes import RECIPE_SETS
+
+# What a shipped model's directory holds: save_pretrained's model and tokenizer, and the build record.
+SHIPPED_FILES = (
+    "build_record.json",
+    "chat_template.jinja",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
 
 
 def model_dir(path, tensors, record=None):
@@ -63,24 +80,26 @@ def test_the_fingerprint_is_of_the_weights_bits(tmp_path):
 
 
 def test_a_build_is_described_against_the_reference_build_of_its_version(tmp_path, monkeypatch):
-    reference = {"fingerprint": "a" * 64, "held_out": {"samples": 4, "avg@4": 0.25, "mixed@4": 0.5}}
-    monkeypatch.setitem(REFERENCE_BUILDS, "tiny-test-v1", reference)
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path / "shipped")
     weights = {"w": torch.zeros(2)}
+    reference = record("tiny-test-v1", "a" * 64) | {"held_out": {"samples": 4, "avg@4": 0.25, "mixed@4": 0.5}}
+    model_dir((tmp_path / "shipped").mkdir() or tmp_path / "shipped" / "tiny-test-v1", weights, reference)
+    (tmp_path / "shipped" / "tiny-test-v1" / "config.json").write_text("{}")
     same = model_dir(tmp_path / "same", weights, record("tiny-test-v1", "a" * 64))
     other = model_dir(tmp_path / "other", weights, record("tiny-test-v1", "b" * 64, seed=1))
     no_reference = model_dir(tmp_path / "no_reference", weights, record("tiny-test-v9", "c" * 64))
     no_record = model_dir(tmp_path / "no_record", weights)
 
     assert [is_reference_build(p) for p in (same, other, no_reference, no_record)] == [True, False, None, None]
-    assert describe_build(same).endswith("; the reference build (the model the tests were checked with)")
+    assert describe_build(same).endswith("; the shipped build (the model the tests were checked with)")
     assert f"{other}: tiny-test-v1 seed 1, fingerprint bbbbbbbbbbbbbbbb, held-out avg@4 0.500, mixed@4 0.750" in (
         describe_build(other)
     )
     assert describe_build(other).endswith(
-        "; NOT the reference build (fingerprint aaaaaaaaaaaaaaaa, held-out avg@4 0.250, mixed@4 0.500) "
+        "; NOT the shipped build (fingerprint aaaaaaaaaaaaaaaa, held-out avg@4 0.250, mixed@4 0.500) "
         "the tests were checked with"
     )
-    assert describe_build(no_reference).endswith("; no reference build of this version to compare with")
+    assert describe_build(no_reference).endswith("; no shipped build of this version to compare with")
     assert describe_build(no_record) == (
         f"{no_record}: fingerprint {weights_fingerprint(no_record)[:16]}, no {BUILD_RECORD} "
         "(not built by dapo_rllib.models.tiny)"
@@ -91,10 +110,11 @@ def test_another_seed_builds_into_a_directory_of_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("DAPO_RLLIB_CACHE", str(tmp_path))
     monkeypatch.delenv(SEED_ENV, raising=False)
     arithmetic = recipe_for("arithmetic").version
-    assert default_tiny_model_path() == tmp_path / arithmetic
+    assert cached_tiny_model_path() == tmp_path / arithmetic
+    assert default_tiny_model_path() == SHIPPED_DIR / arithmetic  # seed 0: the shipped build
     monkeypatch.setenv(SEED_ENV, "1")
-    assert default_tiny_model_path() == tmp_path / f"{arithmetic}-seed1"
-    assert default_tiny_model_path("code", seed=0) == tmp_path / recipe_for("code").version
+    assert default_tiny_model_path() == cached_tiny_model_path() == tmp_path / f"{arithmetic}-seed1"
+    assert cached_tiny_model_path("code", seed=0) == tmp_path / recipe_for("code").version
     monkeypatch.setenv(SEED_ENV, "one")
     with pytest.raises(ValueError, match=r"\$DAPO_RLLIB_TINY_SEED='one' is not an integer seed"):
         default_tiny_model_path()
@@ -105,9 +125,9 @@ def test_the_test_recipes_are_shorter_warm_starts_of_their_own_versions(tmp_path
     monkeypatch.delenv(SEED_ENV, raising=False)
     monkeypatch.delenv(RECIPE_SET_ENV, raising=False)  # unset: the full recipes, the tuned examples' models
     assert {task: recipe_for(task) for task in RECIPES} == RECIPES
-    assert default_tiny_model_path("code") == tmp_path / "tiny-qwen2-code-v2"
+    assert cached_tiny_model_path("code") == tmp_path / "tiny-qwen2-code-v2"
     monkeypatch.setenv(RECIPE_SET_ENV, "test")
-    assert default_tiny_model_path("code") == tmp_path / "tiny-qwen2-code-test-v1"
+    assert cached_tiny_model_path("code") == tmp_path / "tiny-qwen2-code-test-v1"
     assert recipe_for("arithmetic") is RECIPES["arithmetic"]  # a task without a test recipe: its full one
     for task, test in TEST_RECIPES.items():
         full = RECIPES[task]
@@ -133,15 +153,31 @@ def test_the_build_pins_its_threads_and_where_the_cpu_has_avx2_its_kernels(monke
     assert env["OMP_NUM_THREADS"] == str(tiny_build.BUILD_THREADS)
 
 
-def test_the_session_models_build_record_is_of_its_weights(tiny_model_path):
-    built = read_build_record(tiny_model_path)
-    if built is None:
-        pytest.skip(f"{tiny_model_path} has no {BUILD_RECORD} (not built by dapo_rllib.models.tiny)")
-    assert weights_fingerprint(tiny_model_path) == built["fingerprint"]
-    assert built["task"] == "arithmetic" and built["version"] == recipe_for("arithmetic").version
+def test_every_recipe_ships_its_reference_build():
+    versions = {recipe.version for recipes in RECIPE_SETS.values() for recipe in recipes.values()}
+    assert sorted(versions) == shipped_versions()
+
+
+@pytest.mark.parametrize("version", shipped_versions())
+def test_a_shipped_models_fingerprint_is_of_its_weights(version):
+    path = shipped_model_path(version)
+    built = read_build_record(path)
+    assert weights_fingerprint(path) == built["fingerprint"]
+    assert (built["version"], built["seed"]) == (version, 0)
+    assert sorted(p.name for p in path.iterdir()) == sorted(SHIPPED_FILES)
     held_out = built["held_out"]
-    assert (held_out["problems"], held_out["samples"]) == (193, 4)  # the whole arithmetic test split
     assert 0.0 <= held_out["mixed@4"] <= 1.0 and 0.0 <= held_out["avg@4"] <= 1.0
+
+
+def test_the_default_models_are_the_shipped_ones(tiny_model_path, tiny_code_model_path, tiny_tool_model_path):
+    for path, task in (
+        (tiny_model_path, "arithmetic"),
+        (tiny_code_model_path, "code"),
+        (tiny_tool_model_path, "tool_arithmetic"),
+    ):
+        assert Path(path) == SHIPPED_DIR / recipe_for(task).version
+    held_out = read_build_record(tiny_model_path)["held_out"]
+    assert (held_out["problems"], held_out["samples"]) == (193, 4)  # the whole arithmetic test split
 
 
 def test_processes_that_need_the_same_model_at_once_build_it_once(tmp_path):

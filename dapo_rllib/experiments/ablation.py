@@ -20,7 +20,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.experiments import comparison_grid
-from dapo_rllib.models.tiny import default_tiny_model_path, ensure_tiny_model
+from dapo_rllib.models.tiny import default_cache_dir, ensure_tiny_model
 from dapo_rllib.tasks.data.scratchpad_sums import SUMS_DATA_SOURCE, ensure_sum_datasets
 
 # The task both grids run on (`sums_task_config`) and how they are scored.
@@ -79,7 +79,7 @@ def sums_task_config():
 
     model = ensure_tiny_model(task="sums")
     train_file, test_file = ensure_sum_datasets(
-        default_tiny_model_path("sums").with_name("scratchpad-sums-data"), train_problems=2400, test_problems=120
+        default_cache_dir() / "scratchpad-sums-data", train_problems=2400, test_problems=120
     )
     return (
         DAPOConfig()

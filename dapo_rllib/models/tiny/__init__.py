@@ -1,6 +1,7 @@
 """The small default policies: Qwen2-architecture causal LMs built and warm-started locally.
 
-Nothing is downloaded. `ensure_tiny_model(task)` builds, once, into a cache directory (`cache`):
+Nothing is downloaded. `ensure_tiny_model(task)` returns the shipped build, or builds once into a cache
+directory (`cache`):
 
 1. a byte-level BPE tokenizer trained on the task's own text, with a Qwen-style chat template
    (`tokenizer`);
@@ -29,11 +30,13 @@ task right: both show up in held-out accuracy. The result is a plain `save_pretr
 directory: any other Hugging Face model directory (a local Qwen2.5 checkpoint, say) can be used
 in its place.
 
-The build (`build`) runs in a child process whose kernels and threads are pinned, with every random draw
-from `seed`. Next to the weights it writes `build_record.json` (`BUILD_RECORD`, in `record`): the
-recipe, the seed, a fingerprint of the weights (`weights_fingerprint`), the held-out accuracy of the
-built model (`held_out`) and the machine it was built on. `describe_build` compares a build with the one
-the test suite was checked with (`REFERENCE_BUILDS`); tests/conftest.py prints that when a test fails.
+The reference build of every recipe ships with the package (`shipped`): a fresh machine builds nothing, and
+`ensure_tiny_model` returns the shipped directory. The build (`build`) runs in a child process whose kernels
+and threads are pinned, with every random draw from `seed`. Next to the weights it writes `build_record.json`
+(`BUILD_RECORD`, in `record`): the recipe, the seed, a fingerprint of the weights (`weights_fingerprint`), the
+held-out accuracy of the built model (`held_out`) and the machine it was built on. `describe_build` compares a
+build with the shipped one, which the test suite was checked with; tests/conftest.py prints that when a test
+fails.
 
 $DAPO_RLLIB_TINY_SEED (`SEED_ENV`, default 0) is the seed of the default builds: another seed
 builds another model the same recipe can produce, into `<version>-seed<N>`, to check that the
@@ -41,8 +44,9 @@ test suite does not depend on the particular model built. $DAPO_RLLIB_TINY_RECIP
 picks the recipes: "full" (the default) or "test" (`TEST_RECIPES`, shorter warm starts of their own
 versions, which the test suite builds).
 
-`python -m dapo_rllib.models.tiny [TASK ...]` builds the default models of these tasks (every task
-when none is named) that are not in the cache yet, a line for each.
+`python -m dapo_rllib.models.tiny [TASK ...]` says where the default models of these tasks are (every task when
+none is named), building those that neither ship nor are cached, a line for each; `--verify` builds them again
+and compares them with the shipped builds, `--ship` replaces the shipped builds.
 """
 
 from dapo_rllib.models.tiny.answers import (
@@ -56,16 +60,23 @@ from dapo_rllib.models.tiny.answers import (
     tool_answer,
 )
 from dapo_rllib.models.tiny.build import build_environment, build_tiny_model
-from dapo_rllib.models.tiny.cache import SEED_ENV, default_cache_dir, default_tiny_model_path, ensure_tiny_model
+from dapo_rllib.models.tiny.cache import (
+    SEED_ENV,
+    cached_tiny_model_path,
+    default_cache_dir,
+    default_tiny_model_path,
+    ensure_tiny_model,
+)
 from dapo_rllib.models.tiny.random_model import build_random_model
 from dapo_rllib.models.tiny.recipes import RECIPE_SET_ENV, RECIPES, TEST_RECIPES, WarmStartRecipe, recipe_for
-from dapo_rllib.models.tiny.record import (
-    BUILD_RECORD,
-    REFERENCE_BUILDS,
+from dapo_rllib.models.tiny.record import BUILD_RECORD, read_build_record, weights_fingerprint
+from dapo_rllib.models.tiny.shipped import (
+    SHIPPED_DIR,
     describe_build,
     is_reference_build,
-    read_build_record,
-    weights_fingerprint,
+    reference_record,
+    shipped_model_path,
+    shipped_versions,
 )
 from dapo_rllib.models.tiny.tokenizer import CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
 from dapo_rllib.models.tiny.warm_start import conversation_ids
@@ -76,7 +87,7 @@ __all__ = [
     "CODE_ANSWER_STYLES",
     "RECIPES",
     "RECIPE_SET_ENV",
-    "REFERENCE_BUILDS",
+    "SHIPPED_DIR",
     "SEED_ENV",
     "SUMS_ANSWER_STYLES",
     "TEST_RECIPES",
@@ -85,6 +96,7 @@ __all__ = [
     "build_environment",
     "build_random_model",
     "build_tiny_model",
+    "cached_tiny_model_path",
     "code_answer",
     "conversation_ids",
     "default_cache_dir",
@@ -95,8 +107,11 @@ __all__ = [
     "python_call",
     "read_build_record",
     "recipe_for",
+    "reference_record",
     "repair_answer",
     "repair_feedback",
+    "shipped_model_path",
+    "shipped_versions",
     "sums_answer",
     "tool_answer",
     "weights_fingerprint",
