@@ -40,12 +40,9 @@ def test_defaults_are_the_reference_recipe():
         1536,
         10,
     )
-    assert (c.max_prompt_length, c.max_response_length, c.overlong_buffer_len, c.overlong_penalty_factor) == (
-        2048,
-        20480,
-        4096,
-        1.0,
-    )
+    assert (c.max_prompt_length, c.max_response_length, c.overlong_penalty_factor) == (2048, 20480, 1.0)
+    # The paper's L_cache, 4096 of its 20,480-token responses: the default buffer follows the response limit.
+    assert c.overlong_buffer_len is None and c.overlong_settings.buffer_tokens(c.max_response_length) == 4096
     assert (c.loss_agg_mode, c.kl_coef, c.lr, c.weight_decay, c.grad_clip, c.minibatch_size_prompts) == (
         "token-mean",
         0.0,
@@ -95,6 +92,18 @@ def test_training_sets_dapo_and_rllib_settings(model_dir):
 def test_validate_names_the_bad_setting(model_dir, setting, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         DAPOConfig().training(model_path=model_dir, **setting).validate()
+
+
+def test_the_overlong_buffer_follows_the_response_limit_unless_set(model_dir):
+    """A short response limit is not refused over a buffer the user never set (4096 > 192)."""
+    short = DAPOConfig().training(model_path=model_dir, max_response_length=192)
+    short.validate()
+    assert short.overlong_settings.buffer_tokens(short.max_response_length) == 38  # round(0.2 * 192)
+    # Set, it is kept as it is, and checked against the limit.
+    assert DAPOConfig().training(overlong_buffer_len=100).overlong_settings.buffer_tokens(192) == 100
+    assert DAPOConfig().training(overlong_buffer_len=0).overlong_settings.buffer_tokens(192) == 0
+    with pytest.raises(ValueError, match=r"overlong_buffer_len=4096 must be in \[0, max_response_length=192\]"):
+        DAPOConfig().training(model_path=model_dir, max_response_length=192, overlong_buffer_len=4096).validate()
 
 
 def test_more_learners_than_groups_per_optimizer_step_is_a_clear_error(model_dir):

@@ -274,7 +274,7 @@ class DAPOConfig(AlgorithmConfig):
             f"train_batch_size_prompts={self.train_batch_size_prompts} must be a multiple of minibatch_size_prompts={self.minibatch_size_prompts}",
         )
         require(
-            self.overlong_buffer_len <= self.max_response_length,
+            self.overlong_buffer_len is None or self.overlong_buffer_len <= self.max_response_length,
             f"overlong_buffer_len={self.overlong_buffer_len} must be in [0, max_response_length={self.max_response_length}]",
         )
         require(

@@ -42,7 +42,8 @@ def algorithm_settings(name: str, *, soft_overlong_buffer: int) -> dict[str, Any
     4,096 tokens, for 20,480-token responses) scaled down to `soft_overlong_buffer`."""
     defaults = algorithm_class(name).get_default_config()
     settings = {key: getattr(defaults, key) for key in COMPARED_SETTINGS}
-    settings["overlong_buffer_len"] = min(settings["overlong_buffer_len"], soft_overlong_buffer)
+    buffer = defaults.overlong_settings.buffer_tokens(defaults.max_response_length)
+    settings["overlong_buffer_len"] = min(buffer, soft_overlong_buffer)
     return settings
 
 

@@ -249,7 +249,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         penalties = overlong_penalty(
             lengths,
             max_response_length=cfg.max_response_length,
-            overlong_buffer_len=cfg.overlong_buffer_len,
+            overlong_buffer_len=cfg.overlong_settings.buffer_tokens(cfg.max_response_length),
             penalty_factor=cfg.overlong_penalty_factor,
         )
         return penalties.tolist()

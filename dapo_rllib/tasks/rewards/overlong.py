@@ -11,23 +11,33 @@ import torch
 
 from dapo_rllib.settings import FeatureSettings, require
 
+#: L_cache / L_max of the paper's run (4096 of 20,480 tokens): the default buffer's share of the response limit.
+PAPER_BUFFER_SHARE = 4096 / 20480
+
 
 @dataclasses.dataclass(frozen=True)
 class OverlongSettings(FeatureSettings):
     """The Soft Overlong Punishment (`DAPOConfig.training`).
 
     Attributes:
-        buffer_len: ``overlong_buffer_len``, L_cache; 0 turns the punishment off. Reference 4096.
+        buffer_len: ``overlong_buffer_len``, L_cache, in [0, max_response_length]; 0 turns the punishment off.
+            None (the default): the paper's share of ``max_response_length``, 0.2 (its 4096 of 20480 tokens),
+            so a shorter response limit gets a buffer that fits it (192 tokens: 38).
         penalty_factor: ``overlong_penalty_factor``, its scale. Reference 1.0.
     """
 
     prefix: ClassVar[str] = "overlong_"
-    buffer_len: int = 4096
+    buffer_len: int | None = None
     penalty_factor: float = 1.0
 
     def validate(self) -> None:
-        require(self.buffer_len >= 0, f"overlong_buffer_len={self.buffer_len} must be >= 0")
+        require(self.buffer_len is None or self.buffer_len >= 0, f"overlong_buffer_len={self.buffer_len} must be >= 0")
         require(self.penalty_factor >= 0, f"overlong_penalty_factor={self.penalty_factor} must be >= 0")
+
+    def buffer_tokens(self, max_response_length: int) -> int:
+        """L_cache for responses of at most `max_response_length` tokens: `buffer_len` as set, or by default the
+        paper's share of `max_response_length`."""
+        return round(PAPER_BUFFER_SHARE * max_response_length) if self.buffer_len is None else self.buffer_len
 
 
 def overlong_penalty(
