@@ -1,5 +1,6 @@
-"""The package's shape, checked from its source: no import cycle, imports one way between its sides,
-no function-local import of a project module, and small modules and functions."""
+"""The package's shape, checked from its source: no import cycle between modules or between subpackages,
+imports one way between its sides, no function-local import of a project module, and small modules and
+functions."""
 
 import ast
 from pathlib import Path
@@ -47,6 +48,56 @@ def _imports(path: Path) -> list[tuple[str, int, bool]]:
 GRAPH = {name: sorted({imported for imported, _, _ in _imports(path)}) for name, path in MODULES.items()}
 
 
+def _part(module: str) -> str:
+    """The node of `module` in the graph between the package's parts: the subpackage it is in (its first
+    component under dapo_rllib, without the prefix: "models" for dapo_rllib.models.tiny.recipes).
+
+    A top-level module (dapo_rllib.columns, dapo_rllib.registry) is a node of its own, and so is the package's
+    `__init__` ("dapo_rllib"): they sit at opposite ends (columns and settings under every subpackage, the
+    registry above the algorithm it registers), so one node for all of them would join the bottom to the top
+    and report a cycle no import makes. Cycles among them are module cycles, which `test_no_import_cycle`
+    finds."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _part_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing part, imported part): ["models/lora.py imports rollout.weight_sync", ...], every import
+    from one part into another."""
+    found = {}
+    for name, path in MODULES.items():
+        for imported in GRAPH[name]:
+            if _part(name) != _part(imported):
+                why = f"{path.relative_to(PACKAGE)} imports {imported.removeprefix(PACKAGE.name + '.')}"
+                found.setdefault((_part(name), _part(imported)), []).append(why)
+    return found
+
+
+PART_IMPORTS = _part_imports()
+
+
+def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """One cycle per edge that closes one in a depth-first walk of `graph`, as [a, b, ..., a]: none when
+    `graph` has none, and each cycle named where the walk meets it."""
+    cycles, done, on_path = [], set(), []
+
+    def visit(node: str) -> None:
+        if node in on_path:
+            cycles.append(on_path[on_path.index(node) :] + [node])
+            return
+        if node in done:
+            return
+        on_path.append(node)
+        for successor in graph.get(node, []):
+            visit(successor)
+        on_path.pop()
+        done.add(node)
+
+    for node in graph:
+        visit(node)
+    return cycles
+
+
 def test_the_walk_sees_the_package():
     # A walk that found nothing would pass every test below.
     assert len(MODULES) > 60 and GRAPH["dapo_rllib.algorithm.dapo"]
@@ -54,22 +105,27 @@ def test_the_walk_sees_the_package():
 
 def test_no_import_cycle():
     """Every import counts, function-local ones included: a cycle is a cycle however it is hidden."""
-    done, on_path = set(), []
+    cycles = _cycles(GRAPH)
+    assert not cycles, "\n".join("import cycle: " + " -> ".join(cycle) for cycle in cycles)
 
-    def visit(module: str) -> None:
-        if module in on_path:
-            cycle = on_path[on_path.index(module) :] + [module]
-            pytest.fail("import cycle: " + " -> ".join(cycle))
-        if module in done:
-            return
-        on_path.append(module)
-        for imported in GRAPH[module]:
-            visit(imported)
-        on_path.pop()
-        done.add(module)
 
-    for module in GRAPH:
-        visit(module)
+def test_no_import_cycle_between_subpackages():
+    """The subpackages are layers (tasks and models under rollout, rollout under the doctor, the doctor under
+    the algorithm, ...): no module cycle is needed for two of them to import each other, and once they do
+    neither can be read, tested or replaced without the other."""
+    assert ("algorithm", "rollout") in PART_IMPORTS  # a walk that found no edge would pass
+    graph = {}
+    for importer, imported in PART_IMPORTS:
+        graph.setdefault(importer, []).append(imported)
+    cycles = [
+        "subpackage cycle: "
+        + " -> ".join(cycle)
+        + " ("
+        + "; ".join(why for edge in zip(cycle, cycle[1:]) for why in PART_IMPORTS[edge])
+        + ")"
+        for cycle in _cycles(graph)
+    ]
+    assert not cycles, "\n".join(cycles)
 
 
 def test_no_function_local_import_of_a_project_module():

@@ -360,8 +360,8 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated(tiny_model_path):
     `evaluate` to its records)."""
     from transformers import AutoTokenizer
 
-    from dapo_rllib.rollout.chat_turns import TurnRenderer
     from dapo_rllib.rollout.env_runner import VLLMEnvRunner
+    from dapo_rllib.tasks.chat_turns import TurnRenderer
     from dapo_rllib.tasks.data.prompts import render_prompt_ids
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
@@ -383,7 +383,7 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
     import dapo_rllib.rollout.env_runner as env_runner
     from dapo_rllib.cli.evaluate import evaluate
     from dapo_rllib.contracts import EvalRecord
-    from dapo_rllib.rollout.chat_turns import TurnRenderer
+    from dapo_rllib.tasks.chat_turns import TurnRenderer
 
     fitted_prompt = env_runner.VLLMEnvRunner._fitted_prompt
 

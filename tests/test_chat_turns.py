@@ -1,4 +1,4 @@
-"""Rendering the turns of an episode as token ids (dapo_rllib.rollout.chat_turns): the environment's messages appended
+"""Rendering the turns of an episode as token ids (dapo_rllib.tasks.chat_turns): the environment's messages appended
 to the model's turns give exactly the ids of the whole conversation rendered at once; templates that cannot
 show tools or cannot be appended to are refused, naming the template."""
 
@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from dapo_rllib.models.tiny import CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
-from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
+from dapo_rllib.tasks.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.tasks.tools import PYTHON_PARAMETERS, Tool
 
 TOOLS = [Tool("python", "Run Python code.", PYTHON_PARAMETERS, str).schema]

@@ -10,9 +10,9 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from transformers import AutoTokenizer
 
 from dapo_rllib.columns import Info
-from dapo_rllib.rollout.chat_turns import TurnRenderer
 from dapo_rllib.rollout.game_loop import GameLoop, GameStart
 from dapo_rllib.rollout.turn_loop import EndReason, TurnLoop
+from dapo_rllib.tasks.chat_turns import TurnRenderer
 from dapo_rllib.tasks.env_failures import RAISED, TIMEOUT
 from dapo_rllib.tasks.games.take_away import TakeAway, TakeAwayEnv
 

@@ -19,9 +19,9 @@ from dapo_rllib.algorithm.connectors import PadTokenBatch
 from dapo_rllib.columns import Columns, Extras, Metrics
 from dapo_rllib.reporting.progress import summary_line
 from dapo_rllib.reporting.tensorboard import readable_scalars
-from dapo_rllib.rollout.chat_turns import TurnRenderer
 from dapo_rllib.rollout.turn_loop import EndReason
 from dapo_rllib.rollout.vllm_engine import TRAIN_STREAM, request_seed, sampling_params
+from dapo_rllib.tasks.chat_turns import TurnRenderer
 from tests.doc_examples import doc_example, example_module
 from tests.test_dapo_integration import resume_once, tiny_config
 

@@ -27,6 +27,7 @@ from ray.rllib.utils.metrics import TIMERS
 from dapo_rllib.algorithm import core_algos
 from dapo_rllib.algorithm.micro_batching import plan_for_batch, take
 from dapo_rllib.columns import Columns, CustomData, Extras, Metrics
+from dapo_rllib.models.rl_module import padded_sequences
 
 
 def episode_value(episode, key: str):
@@ -64,35 +65,6 @@ def episode_sequence(episode) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         ]
     prompt = np.asarray(observations[0], dtype=np.int64)
     return prompt, np.concatenate(pieces), np.concatenate(mask), np.concatenate(logp)
-
-
-def padded_sequences(sequences, pad_token_id: int) -> dict[str, np.ndarray]:
-    """The batch columns of `(prompt ids, response ids, model mask, rollout log-probs)` sequences
-    (`episode_sequence`'s): prompts left-padded, responses (and their masks and log-probs) right-padded."""
-    width_p = max(len(prompt) for prompt, *_ in sequences)
-    width_r = max(len(response) for _, response, _, _ in sequences)
-    n = len(sequences)
-    prompt_ids = np.full((n, width_p), pad_token_id, dtype=np.int64)
-    prompt_mask = np.zeros((n, width_p), dtype=np.float32)
-    response_ids = np.full((n, width_r), pad_token_id, dtype=np.int64)
-    response_mask = np.zeros((n, width_r), dtype=np.float32)
-    loss_mask = np.zeros((n, width_r), dtype=np.float32)
-    rollout_logp = np.zeros((n, width_r), dtype=np.float32)
-    for i, (p, r, model_mask, logp) in enumerate(sequences):
-        prompt_ids[i, width_p - len(p) :] = p
-        prompt_mask[i, width_p - len(p) :] = 1.0
-        response_ids[i, : len(r)] = r
-        response_mask[i, : len(r)] = 1.0
-        loss_mask[i, : len(r)] = model_mask
-        rollout_logp[i, : len(r)] = logp
-    return {
-        Columns.OBS: prompt_ids,
-        Columns.PROMPT_MASK: prompt_mask,
-        Columns.ACTIONS: response_ids,
-        Columns.RESPONSE_MASK: response_mask,
-        Columns.LOSS_MASK: loss_mask,
-        Columns.ROLLOUT_LOGP: rollout_logp,
-    }
 
 
 class PadTokenBatch(ConnectorV2):

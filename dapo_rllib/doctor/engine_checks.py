@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dapo_rllib.algorithm.connectors import padded_sequences
 from dapo_rllib.columns import Columns
 from dapo_rllib.doctor.report import FAIL, PASS, Check
+from dapo_rllib.models.rl_module import padded_sequences
 from dapo_rllib.rollout.vllm_engine import EngineWeights
 from dapo_rllib.rollout.weight_sync import bucket_tensors, plan_buckets
 from dapo_rllib.tasks.data.prompts import render_prompt_ids

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from dapo_rllib.doctor.report import FAIL, NOTE, PASS, Check
-from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
+from dapo_rllib.tasks.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.tasks.data.prompts import has_chat_template
 
 #: A conversation with what templates and tokenizers get wrong: a system prompt, numbers, spaces, non-ASCII.

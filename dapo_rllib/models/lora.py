@@ -5,8 +5,9 @@ model with the adapter, and after each update only the adapter travels to them.
                 require gradients, so AdamW holds state for them only. `adapter_tensors` are what
                 the weight sync streams: the adapter weights under the names of a PEFT adapter
                 file (`base_model.model.<module>.lora_A.weight`), views of the live parameters.
-    env runner  `EngineAdapter` collects the streamed tensors and serves them on the engine's
-                `AdapterShelf` (dapo_rllib.models.adapter_shelf) under `POLICY_ADAPTER`: written
+    env runner  `EngineAdapter` (dapo_rllib.rollout.vllm_engine) collects the streamed tensors and
+                serves them on the engine's `AdapterShelf` (dapo_rllib.models.adapter_shelf) under
+                `POLICY_ADAPTER`: written
                 as a PEFT adapter directory in shared memory and registered under a new id and
                 name per version, so neither vLLM's adapter cache nor its prefix cache can serve
                 the previous one, which is removed. Every generate call carries the current
@@ -26,16 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, ClassVar, Iterator
 
-import numpy as np
 import torch
 
-from dapo_rllib.models.adapter_shelf import AdapterShelf
-from dapo_rllib.rollout.weight_sync import BucketAssembler
 from dapo_rllib.settings import NOT_FLAT, FeatureSettings, require
 
 #: How the adapters reach the engines (`DAPOConfig.lora_sync`): "auto" picks the faster of the two that
@@ -306,65 +303,3 @@ def engine_lora_kwargs(rank: int, league_size: int = 0) -> dict[str, Any]:
     max_rank = next(allowed for allowed in VLLM_MAX_LORA_RANKS if allowed >= rank)
     adapters = 1 + league_size
     return {"enable_lora": True, "max_lora_rank": max_rank, "max_loras": adapters, "max_cpu_loras": adapters}
-
-
-class EngineAdapter:
-    """New adapter weights for a running engine, streamed in: `begin`, `load_bucket` per bucket,
-    `finish`; the same interface as `dapo_rllib.rollout.vllm_engine.EngineWeights`. The adapter is served under
-    the name `POLICY_ADAPTER` on the engine's `AdapterShelf`, beside any other the shelf serves.
-
-    Args:
-        llm: The engine (`vllm.LLM`, built with `engine_lora_kwargs`).
-        config: The adapter's ``adapter_config.json`` content (`adapter_config` of the learner's model).
-        owner: Named in errors, e.g. "env runner 2".
-    """
-
-    def __init__(self, llm, config: dict[str, Any], owner: str):
-        self.config = config
-        self.owner = owner
-        self.shelf = AdapterShelf(llm, owner)
-        self._open = None  # (BucketAssembler, {name: tensor}, start time) while an update is open
-
-    @property
-    def lora_request(self):
-        """The adapter every generate call carries; None before the first sync (the base model)."""
-        return self.shelf.get(POLICY_ADAPTER)
-
-    def begin(self) -> None:
-        self._open = (BucketAssembler(), {}, time.perf_counter())
-
-    def load_bucket(self, tensors: dict) -> None:
-        self.load(self._update()[0].add(tensors))
-
-    def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        self._update()[1].update((name, tensor.clone()) for name, tensor in weights)
-
-    def finish(self) -> float:
-        """Serve the adapter in place of the previous one. Returns the seconds since `begin`."""
-        assembler, tensors, start = self._update()
-        self._open = None
-        if assembler.incomplete() or not tensors:
-            raise RuntimeError(
-                f"{self.owner}: the adapter update is incomplete: {assembler.incomplete()[:5] or 'no tensors'}"
-            )
-        self.shelf.put(POLICY_ADAPTER, tensors, self.config)
-        return time.perf_counter() - start
-
-    def parameters(self, names: list[str]) -> dict[str, np.ndarray]:
-        """The adapter tensors last written, by name (for tests and debugging)."""
-        if self.lora_request is None:
-            return {}
-        held = self.shelf.tensors(POLICY_ADAPTER)
-        return {name: held[name].float().numpy() for name in names if name in held}
-
-    def engine_adapters(self) -> set[int]:
-        """The ids of the adapters the engine holds (the current version's only, once synced)."""
-        return self.shelf.engine_adapter_ids()
-
-    def close(self) -> None:
-        self.shelf.close()
-
-    def _update(self):
-        if self._open is None:
-            raise RuntimeError("no weight update is open: call begin_weight_update first")
-        return self._open

@@ -5,9 +5,10 @@ through the streamed sync (`dapo_rllib.rollout.weight_sync`), never through RLli
 sequences, each response token's log-probability under the policy and the entropy of the
 policy at that position.
 
-Batch layout (built by `connectors.PadTokenBatch`): prompts left-padded to a common width P,
-responses right-padded to R, so every row's response starts at column P. Position ids are
-counted over real tokens only, which makes left padding invisible to the model.
+Batch layout (built by `padded_sequences`, which the learner connector `PadTokenBatch` and the doctor
+call): prompts left-padded to a common width P, responses right-padded to R, so every row's response
+starts at column P. Position ids are counted over real tokens only, which makes left padding invisible
+to the model.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
@@ -140,6 +142,36 @@ class CausalLMRLModule(TorchRLModule, InferenceOnlyAPI):
 # Logits of at most this many elements exist at once (64 MiB in float32, ~110 response tokens at
 # Qwen2.5's vocabulary): a quarter of 2^26's memory peak at the same speed (docs/scaling/lora.md).
 LOGITS_CHUNK_ELEMENTS = 2**24
+
+
+def padded_sequences(sequences, pad_token_id: int) -> dict[str, np.ndarray]:
+    """The batch columns of `(prompt ids, response ids, model mask, rollout log-probs)` sequences
+    (`connectors.episode_sequence`'s): prompts left-padded, responses (and their masks and log-probs)
+    right-padded, the layout `response_logprobs` reads."""
+    width_p = max(len(prompt) for prompt, *_ in sequences)
+    width_r = max(len(response) for _, response, _, _ in sequences)
+    n = len(sequences)
+    prompt_ids = np.full((n, width_p), pad_token_id, dtype=np.int64)
+    prompt_mask = np.zeros((n, width_p), dtype=np.float32)
+    response_ids = np.full((n, width_r), pad_token_id, dtype=np.int64)
+    response_mask = np.zeros((n, width_r), dtype=np.float32)
+    loss_mask = np.zeros((n, width_r), dtype=np.float32)
+    rollout_logp = np.zeros((n, width_r), dtype=np.float32)
+    for i, (p, r, model_mask, logp) in enumerate(sequences):
+        prompt_ids[i, width_p - len(p) :] = p
+        prompt_mask[i, width_p - len(p) :] = 1.0
+        response_ids[i, : len(r)] = r
+        response_mask[i, : len(r)] = 1.0
+        loss_mask[i, : len(r)] = model_mask
+        rollout_logp[i, : len(r)] = logp
+    return {
+        Columns.OBS: prompt_ids,
+        Columns.PROMPT_MASK: prompt_mask,
+        Columns.ACTIONS: response_ids,
+        Columns.RESPONSE_MASK: response_mask,
+        Columns.LOSS_MASK: loss_mask,
+        Columns.ROLLOUT_LOGP: rollout_logp,
+    }
 
 
 def response_logprobs(model, batch: dict[str, Any], temperature: float) -> dict[str, torch.Tensor]:

@@ -45,9 +45,8 @@ from tqdm import tqdm
 
 from dapo_rllib.columns import Extras, Info, Metrics
 from dapo_rllib.contracts import EvalRecord
-from dapo_rllib.models.lora import POLICY_ADAPTER, EngineAdapter, lora_adapter_config
+from dapo_rllib.models.lora import POLICY_ADAPTER, lora_adapter_config
 from dapo_rllib.models.rl_module import hf_weights
-from dapo_rllib.rollout.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.rollout.game_sampling import GameSampling
 from dapo_rllib.rollout.matchups import LeagueDraw
 from dapo_rllib.rollout.timing import RolloutTiming
@@ -55,12 +54,14 @@ from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, Turn, TurnLo
 from dapo_rllib.rollout.vllm_engine import (
     EVAL_STREAM,
     TRAIN_STREAM,
+    EngineAdapter,
     EngineWeights,
     build_vllm_engine,
     request_seed,
     sampling_params,
 )
 from dapo_rllib.rollout.weight_sync import TRANSPORTS
+from dapo_rllib.tasks.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.tasks.env_factory import build_env
 from dapo_rllib.tasks.env_failures import EnvFailure
 from dapo_rllib.tasks.game_env import GameEnv

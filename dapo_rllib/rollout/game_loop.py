@@ -27,9 +27,9 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 
 from dapo_rllib.columns import Info
 from dapo_rllib.contracts import check_score_result
-from dapo_rllib.rollout.chat_turns import TurnRenderer
 from dapo_rllib.rollout.timing import RolloutTiming
 from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, TurnLoop
+from dapo_rllib.tasks.chat_turns import TurnRenderer
 from dapo_rllib.tasks.env_failures import EnvFailure
 from dapo_rllib.tasks.game_env import GameEnv
 

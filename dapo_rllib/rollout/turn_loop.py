@@ -5,7 +5,7 @@ Each turn generates for the episodes still running, in one batched vLLM call (a 
 its own seed), then hands each model turn to its episode's environment (on worker threads, each call with a
 deadline, `dapo_rllib.rollout.env_calls`: tool calls run in the sandbox, scoring in the scoring process, a
 game on its server, so the steps of a round overlap), then appends the
-environment's messages as token ids rendered by the chat template (`dapo_rllib.rollout.chat_turns`). The ids the
+environment's messages as token ids rendered by the chat template (`dapo_rllib.tasks.chat_turns`). The ids the
 model sampled are kept exactly, with vLLM's log-prob of each; earlier turns are never re-tokenized, and
 vLLM's prefix cache keeps a turn from recomputing the context. A one-turn task is the same loop ending
 after its first step.
@@ -30,11 +30,11 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 
 from dapo_rllib.columns import Info
 from dapo_rllib.contracts import ScoreInfo, check_score_result, score_info
-from dapo_rllib.rollout.chat_turns import TurnRenderer
 from dapo_rllib.rollout.env_calls import EnvCalls
 from dapo_rllib.rollout.timing import RolloutTiming
 from dapo_rllib.rollout.vllm_engine import decode_completions
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
+from dapo_rllib.tasks.chat_turns import TurnRenderer
 from dapo_rllib.tasks.env_failures import EnvFailure
 from dapo_rllib.tasks.problem_env import ProblemEnv
 from dapo_rllib.tasks.tools import ToolCallParser, load_tool_call_parser

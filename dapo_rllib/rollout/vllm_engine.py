@@ -7,6 +7,7 @@ Everything here knows vLLM (its private members through `dapo_rllib.vllm_private
     sampling_params      one `SamplingParams` per prompt, each with its own seed
     decode_completions   the completions' text as vLLM's detokenizer would return it
     EngineWeights        streamed weight updates into the running engine (layerwise reload)
+    EngineAdapter        streamed LoRA adapter updates, served beside the base model (`AdapterShelf`)
 
 The functions at the end run on vLLM's worker through `collective_rpc` (the worker is their
 first argument).
@@ -18,12 +19,14 @@ import dataclasses
 import gc
 import os
 import time
+from typing import Any
 
 import numpy as np
 import torch
 
 from dapo_rllib.library_logs import known_native_lines_dropped, library_logs_requested
-from dapo_rllib.models.lora import engine_lora_kwargs
+from dapo_rllib.models.adapter_shelf import AdapterShelf
+from dapo_rllib.models.lora import POLICY_ADAPTER, engine_lora_kwargs
 from dapo_rllib.rollout.weight_sync import BucketAssembler
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
 from dapo_rllib.vllm_private import (
@@ -282,6 +285,68 @@ class EngineWeights:
     def parameters(self, names: list[str]) -> dict[str, np.ndarray]:
         """Copies of the named parameters as the engine holds them (for tests and debugging)."""
         return self.llm.collective_rpc(_read_parameters, kwargs={"names": tuple(names)})[0]
+
+
+class EngineAdapter:
+    """New adapter weights for a running engine, streamed in: `begin`, `load_bucket` per bucket,
+    `finish`; the same interface as `EngineWeights`. The adapter is served under the name
+    `POLICY_ADAPTER` on the engine's `AdapterShelf`, beside any other the shelf serves.
+
+    Args:
+        llm: The engine (`vllm.LLM`, built with `engine_lora_kwargs`).
+        config: The adapter's ``adapter_config.json`` content (`dapo_rllib.models.lora.lora_adapter_config`).
+        owner: Named in errors, e.g. "env runner 2".
+    """
+
+    def __init__(self, llm, config: dict[str, Any], owner: str):
+        self.config = config
+        self.owner = owner
+        self.shelf = AdapterShelf(llm, owner)
+        self._open = None  # (BucketAssembler, {name: tensor}, start time) while an update is open
+
+    @property
+    def lora_request(self):
+        """The adapter every generate call carries; None before the first sync (the base model)."""
+        return self.shelf.get(POLICY_ADAPTER)
+
+    def begin(self) -> None:
+        self._open = (BucketAssembler(), {}, time.perf_counter())
+
+    def load_bucket(self, tensors: dict) -> None:
+        self.load(self._update()[0].add(tensors))
+
+    def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        self._update()[1].update((name, tensor.clone()) for name, tensor in weights)
+
+    def finish(self) -> float:
+        """Serve the adapter in place of the previous one. Returns the seconds since `begin`."""
+        assembler, tensors, start = self._update()
+        self._open = None
+        if assembler.incomplete() or not tensors:
+            raise RuntimeError(
+                f"{self.owner}: the adapter update is incomplete: {assembler.incomplete()[:5] or 'no tensors'}"
+            )
+        self.shelf.put(POLICY_ADAPTER, tensors, self.config)
+        return time.perf_counter() - start
+
+    def parameters(self, names: list[str]) -> dict[str, np.ndarray]:
+        """The adapter tensors last written, by name (for tests and debugging)."""
+        if self.lora_request is None:
+            return {}
+        held = self.shelf.tensors(POLICY_ADAPTER)
+        return {name: held[name].float().numpy() for name in names if name in held}
+
+    def engine_adapters(self) -> set[int]:
+        """The ids of the adapters the engine holds (the current version's only, once synced)."""
+        return self.shelf.engine_adapter_ids()
+
+    def close(self) -> None:
+        self.shelf.close()
+
+    def _update(self):
+        if self._open is None:
+            raise RuntimeError("no weight update is open: call begin_weight_update first")
+        return self._open
 
 
 # ----- run on vLLM's worker through `collective_rpc` -------------------------------------------

@@ -3,7 +3,7 @@ text, how they run, and the built-in `python` tool.
 
 A :class:`Tool` is a name, a JSON-schema description of its arguments and a function. The schemas reach
 the model through the tokenizer's chat template (``apply_chat_template(..., tools=[tool.schema ...])``, the
-Hugging Face convention; `dapo_rllib.rollout.chat_turns`). The model calls a tool in the text of its turn; a
+Hugging Face convention; `dapo_rllib.tasks.chat_turns`). The model calls a tool in the text of its turn; a
 parser (the ``tool_call_format`` setting, :data:`TOOL_CALL_PARSERS`) reads the calls, by default in
 Qwen2.5's (Hermes) format::
 

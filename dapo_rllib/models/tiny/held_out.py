@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from dapo_rllib.models.tiny.recipes import recipe_for
-from dapo_rllib.rollout.chat_turns import TurnRenderer
+from dapo_rllib.tasks.chat_turns import TurnRenderer
 
 #: Samples per held-out problem in a build record (at temperature 1.0, as RL samples).
 HELD_OUT_SAMPLES = 4

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from dapo_rllib.models.tiny.recipes import WarmStartRecipe
-from dapo_rllib.rollout.chat_turns import TurnRenderer
+from dapo_rllib.tasks.chat_turns import TurnRenderer
 
 
 def _sft_examples(
