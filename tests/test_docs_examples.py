@@ -7,6 +7,7 @@ examples that need Ray and vLLM to show their worth run further in tests/test_cu
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,14 @@ from tests.doc_examples import (
 
 EXAMPLES = doc_examples()
 MODULES = modules()
-README = Path(__file__).parents[1] / "README.md"
+ROOT = Path(__file__).parents[1]
+README = ROOT / "README.md"
+# The files that point readers at docs pages by path: every Python file of these folders (comments and
+# docstrings), the build files, and the pages themselves (prose; mkdocs checks only their links).
+CODE_FOLDERS = ("dapo_rllib", "envs", "tests", "bench", "tuned_examples", "examples")
+FILES_NAMING_DOCS = [path for folder in CODE_FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))]
+FILES_NAMING_DOCS += [ROOT / "Makefile", ROOT / "pyproject.toml", README, *sorted(DOCS.rglob("*.md"))]
+DOCS_PAGE = re.compile(r"\bdocs/[\w./-]+?\.md\b")
 
 
 def test_titles_are_unique_and_name_the_examples_other_tests_run():
@@ -79,6 +87,19 @@ def test_blocks_inside_a_longer_fence_and_untitled_blocks_are_not_examples(tmp_p
 def test_the_code_a_page_names_exists(page: Path):
     # File paths, dotted names and `module.name` short forms: a module moved or renamed shows here.
     assert stale_code_names(page.read_text(), MODULES) == []
+
+
+def test_the_docs_pages_named_by_path_exist():
+    # The other direction: a page moved under docs/ leaves behind the comments and prose that point at it.
+    named = [
+        (f"{path.relative_to(ROOT)}:{number}", page)
+        for path in FILES_NAMING_DOCS
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        for page in DOCS_PAGE.findall(line)
+    ]
+    assert len(named) > 10  # a pattern that matched nothing would pass
+    missing = [f"{where} names {page}" for where, page in named if not (ROOT / page).is_file()]
+    assert not missing, "docs pages that do not exist:\n" + "\n".join(missing)
 
 
 def test_a_name_the_source_lacks_is_stale():

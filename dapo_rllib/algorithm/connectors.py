@@ -73,7 +73,7 @@ class PadTokenBatch(ConnectorV2):
 
     The response mask covers every token after the prompt (the forward pass sees them all); the
     loss mask only those the model sampled, with truncated responses zeroed when overlong
-    filtering is on (docs/algorithm.md §2.4), so every later token count (the loss's denominator,
+    filtering is on (docs/design/algorithm.md §2.4), so every later token count (the loss's denominator,
     entropy, clip fractions, the rollout mismatch) is counted after masking.
     """
 
@@ -108,7 +108,7 @@ class PadTokenBatch(ConnectorV2):
 
 class GroupAdvantages(ConnectorV2):
     """The advantage of every loss token, by the config's `adv_estimator` (GRPO's group-normalised
-    one by default, docs/algorithm.md §1), over the whole batch: estimators that normalise over
+    one by default, docs/design/algorithm.md §1), over the whole batch: estimators that normalise over
     the batch's tokens (REINFORCE++) see all of it.
 
     The score is the episode's reward: the verifier's score plus the soft overlong penalty,
@@ -137,7 +137,7 @@ class GroupAdvantages(ConnectorV2):
 class RecomputeOldLogProbs(ConnectorV2):
     """Log-probs of the sampled tokens under the policy before this training step's updates.
 
-    DAPO (docs/algorithm.md §5) recomputes them with the trainer's model rather than trusting the inference
+    DAPO (docs/design/algorithm.md §5) recomputes them with the trainer's model rather than trusting the inference
     engine's numbers, which differ (kernels, precision). Runs without grad in the learner's
     token-budget micro-batches (`micro_batching`); its wall time is one of the step's timers
     (`timing/old_log_probs_s`). Not in the pipeline when a batch gets one optimizer step

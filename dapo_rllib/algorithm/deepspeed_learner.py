@@ -1,6 +1,6 @@
 """DAPO's learner under DeepSpeed ZeRO: parameters, gradients and optimizer state sharded.
 
-RLlib's TorchLearner knows one device per learner and DDP (docs/rllib.md §5); this learner
+RLlib's TorchLearner knows one device per learner and DDP (docs/design/rllib.md §5); this learner
 hands DAPO's own model and AdamW to `deepspeed.initialize`, so ZeRO stage 2 (gradients and
 optimizer state sharded) or 3 (parameters too), with optional optimizer offload to host
 memory, trains the same loss. On CPU DeepSpeed runs with `DS_ACCELERATOR=cpu` and gloo.

@@ -1,4 +1,4 @@
-"""Dynamic sampling (docs/algorithm.md §2.2): generation rounds until a step has enough informative groups.
+"""Dynamic sampling (docs/design/algorithm.md §2.2): generation rounds until a step has enough informative groups.
 
 `GroupSampler` is the algorithm's side of sampling. It owns the training data's position (the
 draw order) and numbers the groups, so that a replaced env runner neither restarts nor repeats

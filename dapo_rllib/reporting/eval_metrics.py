@@ -1,4 +1,4 @@
-"""Validation metrics the way the DAPO paper reports them (docs/algorithm.md §5, §6), as pure functions.
+"""Validation metrics the way the DAPO paper reports them (docs/design/algorithm.md §5, §6), as pure functions.
 
 Every problem is answered n times (the paper: n = 32 at temperature 1.0, top_p 0.7). Per data
 source:

@@ -1,4 +1,4 @@
-"""One PNG with the curves a DAPO user watches (docs/algorithm.md §6), read from TensorBoard event files.
+"""One PNG with the curves a DAPO user watches (docs/design/algorithm.md §6), read from TensorBoard event files.
 
 `plot_run(run_dir)` finds every directory under `run_dir` whose event files hold DAPO's tags
 (one per run, or one per trial of a Tune experiment) and draws each as a line in every panel.

@@ -18,7 +18,7 @@ whole. That parameter's size is then the env runner's floor, whatever the bucket
 Transports: `ObjectStoreTransport` (Ray's object store) is the one built and measured; on this
 CPU machine it beat a gloo broadcast (`bench/weight_transport.py`). On GPUs the established
 frameworks broadcast over an NCCL group of learner rank 0 and the vLLM workers, or pass CUDA
-IPC handles when both share a GPU (docs/scaling.md §4): either is a `WeightTransport` whose handle is
+IPC handles when both share a GPU (docs/design/scaling.md §4): either is a `WeightTransport` whose handle is
 what the driver forwards to the env runners. Neither is built yet (no GPU to verify one on).
 """
 

@@ -4,7 +4,7 @@ Nothing here knows about Ray, vLLM or trainer state, so every function can be
 checked against the paper (Yu et al., 2025, "DAPO: An Open-Source LLM
 Reinforcement Learning System at Scale", arXiv 2503.14476) and tested on small
 hand-made tensors. The paper's techniques are named by its section titles;
-``§`` numbers point to the project's design notes, ``docs/algorithm.md``.
+``§`` numbers point to the project's design notes, ``docs/design/algorithm.md``.
 
 Notation: ``G`` responses ``o_1..o_G`` per prompt, reward ``R_i`` per response,
 ``r_{i,t} = pi_theta(o_{i,t} | ...) / pi_old(o_{i,t} | ...)`` per token.
@@ -32,7 +32,7 @@ function                           paper
 ``rollout_correction_weights``,    not in the paper: truncated importance weights
 ``rollout_mismatch``               ``min(pi_old / pi_rollout, C)`` for sampling
                                    from vLLM rather than the learner, and the
-                                   mismatch they correct (docs/scaling.md §5).
+                                   mismatch they correct (docs/design/scaling.md §5).
 ``kl_penalty``                     the KL term DAPO removes (beta = 0, §1); kept
                                    for GRPO baselines.
 ``masked_mean``                    helper for the learner's metrics.

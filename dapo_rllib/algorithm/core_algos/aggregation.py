@@ -93,7 +93,7 @@ def agg_loss(
     data-parallel learners), pass the whole mini-batch's ``num_tokens`` /
     ``num_seqs`` to every piece and sum the pieces' losses (or gradients): the
     result is then exactly the mini-batch's loss, never a mean of per-piece
-    means (docs/algorithm.md §8). Where gradients are averaged across learners (as
+    means (docs/design/algorithm.md §8). Where gradients are averaged across learners (as
     DistributedDataParallel does), scale each learner's loss by the number of
     learners to turn that average back into the sum. Overrides a mode does not
     use are ignored.

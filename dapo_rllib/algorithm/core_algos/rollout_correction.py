@@ -1,4 +1,4 @@
-"""The rollout / learner mismatch and its importance-weight corrections (docs/scaling.md §5)."""
+"""The rollout / learner mismatch and its importance-weight corrections (docs/design/scaling.md §5)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dapo_rllib.algorithm.core_algos.common import _MAX_LOG_RATIO, _check_same_s
 from dapo_rllib.columns import Metrics
 
 # --------------------------------------------------------------------------
-# Rollout / learner mismatch (docs/scaling.md §5)
+# Rollout / learner mismatch (docs/design/scaling.md §5)
 # --------------------------------------------------------------------------
 
 # Rollout corrections: None, or how each token's policy-gradient term is weighted by the

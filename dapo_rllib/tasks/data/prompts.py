@@ -14,7 +14,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-#: DAPO-Math-17K's prompt template (docs/algorithm.md §3); ``{problem}`` is the question.
+#: DAPO-Math-17K's prompt template (docs/design/algorithm.md §3); ``{problem}`` is the question.
 DAPO_PROMPT_TEMPLATE = (
     "Solve the following math problem step by step. The last line of your "
     "response should be of the form Answer: $Answer (without quotes) where "

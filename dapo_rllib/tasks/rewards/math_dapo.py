@@ -2,7 +2,7 @@
 
 This is a behaviour-for-behaviour reimplementation of verl's reference scorer
 ``verl/utils/reward_score/math_dapo.py`` (volcengine/verl), the scorer the DAPO
-recipe trains with (see docs/algorithm.md §3). The DAPO-Math-17K prompts ask the
+recipe trains with (see docs/design/algorithm.md §3). The DAPO-Math-17K prompts ask the
 model to finish with a line ``Answer: <answer>``; the scorer
 
 1. keeps only the last 300 characters of the response,

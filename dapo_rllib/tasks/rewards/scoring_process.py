@@ -3,7 +3,7 @@
 A reward function can hang on degenerate model output (a regex backtracking
 catastrophically, sympy simplifying a monster expression) or on user code. Such work
 often sits in C code that holds the GIL and ignores signals, so neither a thread nor
-``signal.alarm`` can stop it: only killing the process that runs it does (docs/algorithm.md §8).
+``signal.alarm`` can stop it: only killing the process that runs it does (docs/design/algorithm.md §8).
 
 :class:`ScoringProcess` keeps one persistent child,
 ``python -m dapo_rllib.tasks.rewards.scoring_process``, and sends it one request at a time as
