@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from transformers import AutoTokenizer
 
+from dapo_rllib.cli.main import main
 from dapo_rllib.tasks.data import (
     DAPO_PROMPT_TEMPLATE,
     MathProblem,
@@ -223,6 +224,20 @@ def test_too_long_prompts_are_dropped(tmp_path, tiny_model_path):
     assert report.dropped == {"prompt too long": 1, "duplicate": 1}
     assert report.examples == {"prompt too long": [0], "duplicate": [2]}
     assert _loaded(tmp_path / "lengths.parquet") == [(_dapo(short), "2", "math_dapo")]
+
+
+def test_the_tokenizer_is_any_model_source_model_path_takes(tmp_path, monkeypatch, capsys, smollm2_path):
+    """`--tokenizer smollm2-135m-instruct` (a packaged model, as `model_path` takes it) measures with that model's
+    tokenizer, from its converted directory, as the command is typed."""
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path, local_files_only=True)
+    short, long = "What is 1 + 1?", "What is 1 + 1? " * 20
+    limit = len(render_prompt_ids(tokenizer, _dapo(short)))
+    monkeypatch.chdir(tmp_path)
+    write_jsonl([{"problem": long, "answer": "2"}, {"problem": short, "answer": "2"}], tmp_path / "in.jsonl")
+    args = ["data", "convert", "in.jsonl", "out.parquet", "--tokenizer", "smollm2-135m-instruct"]
+    assert main([*args, "--max-prompt-length", str(limit)]) == 0
+    assert "prompt too long: 1 (e.g. row 0)" in capsys.readouterr().out
+    assert _loaded(tmp_path / "out.parquet") == [(_dapo(short), "2", "math_dapo")]
 
 
 def test_length_counts_the_chat_template_only_where_there_is_one(tmp_path, tiny_model_path, plain_tokenizer_path):

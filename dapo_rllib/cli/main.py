@@ -55,6 +55,9 @@ def _export(args) -> None:
 
 
 def _convert(args) -> None:
+    if args.tokenizer is not None and is_model_file_source(args.tokenizer):
+        # The model's tokenizer from any source model_path takes: a GGUF file's or packaged model's conversion.
+        args.tokenizer = str(ensure_model_directory(args.tokenizer))
     run_convert(args)
 
 

@@ -315,7 +315,8 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokenizer",
         type=input_path,
         default=None,
-        help="local Hugging Face model or tokenizer directory, to measure prompts for --max-prompt-length",
+        help="the model's tokenizer, to measure prompts for --max-prompt-length: a Hugging Face model or tokenizer "
+        "directory, a GGUF file or a packaged model (smollm2-135m-instruct), as model_path takes",
     )
     parser.add_argument(
         "--humaneval-style",
@@ -419,7 +420,8 @@ def _load_length_tokenizer(tokenizer_path: str | os.PathLike[str] | None, max_pr
         raise ValueError(f"max_prompt_length must be a positive int, got {max_prompt_length!r}")
     if not Path(tokenizer_path).is_dir():
         raise FileNotFoundError(
-            f"tokenizer directory not found: {tokenizer_path} (expected a local Hugging Face model or tokenizer directory)"
+            f"tokenizer directory not found: {tokenizer_path} (expected a local Hugging Face model or tokenizer "
+            "directory; `rllib data convert --tokenizer` also takes what model_path does: a GGUF file, a packaged model)"
         )
     from transformers import AutoTokenizer
 
