@@ -16,7 +16,7 @@ memory after the engine started and after the N + 1 adapters are served, the byt
 (what the driver and each checkpoint hold per snapshot), and the time of one batched generation of 32 prompts
 whose adapters are spread over all N + 1 against one where every prompt samples the trained adapter.
 
-`--memory-only` runs part 2 alone (part 1 builds the tiny take-away model on first use, 18-28 minutes here). A full
+`--memory-only` runs part 2 alone (part 1 trains the tiny take-away model, shipped with the package). A full
 run writes bench/results/self_play.json and self_play.md; `--smoke` (CI) runs one step on the test
 suite's tiny model and part 2 with N = 2 on it, and writes nothing.
 """
@@ -62,7 +62,7 @@ def league_config(smoke: bool):
     from dapo_rllib.experiments.self_play import take_away_league_config
     from dapo_rllib.models.tiny import ensure_tiny_model
 
-    # Smoke: the test suite's model (the take-away one takes 18-28 minutes to build), a step of 4 positions.
+    # Smoke: the test suite's model, lighter than the take-away one, a step of 4 positions.
     config = take_away_league_config(str(ensure_tiny_model()) if smoke else None)
     config.training(league_snapshot_every=1).evaluation(evaluation_interval=0, val_before_train=False)
     if smoke:

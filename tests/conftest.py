@@ -21,7 +21,7 @@ from dapo_rllib.models.tiny import RECIPE_SET_ENV
 
 os.environ.setdefault(RECIPE_SET_ENV, "test")
 
-# Tiny model fixture name -> (a line on the model it returned, whether that is the reference build).
+# Tiny model fixture name -> (a line on the model it returned, whether that is the shipped build).
 _TINY_MODELS = pytest.StashKey[dict]()
 # The same, for the fixtures that a failing test used (gathered from the reports, so from pytest-xdist's
 # workers too).
@@ -122,7 +122,7 @@ def pytest_report_header(config):
     lines = []
     for task in ("arithmetic", "code", "tool_arithmetic", "code_repair"):
         path = default_tiny_model_path(task)
-        described = describe_build(path) if path.exists() else f"{path} (built on first use)"
+        described = describe_build(path) if path.exists() else f"{path} (built into the cache on first use)"
         lines.append(f"tiny {task} model: {described}")
     return lines
 
@@ -169,7 +169,7 @@ def _write_tiny_models(terminalreporter, config) -> None:
     if any(is_reference is False for _, is_reference in failed_with.values()):
         terminalreporter.write_line(
             "The tests should hold for any model the build produces: a failure with a model other than the "
-            "reference build may be a test that depends on its model; please report it with the lines above."
+            "shipped build may be a test that depends on its model; please report it with the lines above."
         )
 
 

@@ -26,7 +26,7 @@ EVAL_GAMES, EVAL_SAMPLES = 32, 4
 def take_away_config(model_path: str | None = None) -> DAPOConfig:
     """Shared self-play on take-away: 16 positions x 8 games a step (a group per seat), RAE, lr 1e-4;
     validation on 32 held-out positions x 4 games per seat against each script, every 20 iterations. The
-    model: the tiny take-away model (built on first use), or `model_path`."""
+    model: the tiny take-away model (shipped with the package), or `model_path`."""
     return (
         DAPOConfig()
         .environment("dapo_take_away", env_config={"num_problems": 512})

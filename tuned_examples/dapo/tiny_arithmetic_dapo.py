@@ -27,7 +27,7 @@ config = (
     # The learner and the driver share one CPU, the vLLM env runner has the other.
     .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
     .training(
-        model_path=None,  # the built-in tiny model, built on first use
+        model_path=None,  # the built-in tiny model, shipped with the package
         group_size=8,
         train_batch_size_prompts=16,
         gen_batch_size_prompts=24,

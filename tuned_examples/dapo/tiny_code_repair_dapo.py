@@ -4,7 +4,7 @@ The `dapo_code_repair` environment is the code environment with feedback: after 
 one of a task's first two (public) tests it shows the failures (the call, what the program returned or
 what went wrong, what was expected) and the model writes the whole program again, up to 3 attempts; the
 reward is on the task's other (hidden) tests. Its tiny model (`ensure_tiny_model(task="code_repair")`,
-built on first use) is warm-started on such episodes: right at once, a failure then the fix after the
+shipped with the package) is warm-started on such episodes: right at once, a failure then the fix after the
 feedback, or the same failure twice. Validation reports the pass rate of the last attempt (avg@4) and
 of the first (first_answer_acc); the run ends with both, before -> after.
 

@@ -2,7 +2,7 @@
 
 The game (`dapo_take_away`, dapo_rllib/tasks/games/take_away.py): one pile of 7-15 stones, the players take
 1-3 in turn, written as `[2]`, and whoever takes the last stone wins; a move without brackets loses at once.
-The model (`ensure_tiny_model(task="take_away")`, built on first use) is warm-started on one seat's games
+The model (`ensure_tiny_model(task="take_away")`, shipped with the package) is warm-started on one seat's games
 against random moves, played best (leave a multiple of 4), at random or without brackets. RLlib's default
 policy_mapping_fn maps both agents to the one policy: shared self-play, each seat's episodes a group of
 their own, with role-conditioned advantages (adv_estimator="rae", SPIRAL's: a moving reward baseline per

@@ -3,7 +3,7 @@
 The `dapo_tool_math` environment asks for products of a three-digit and a two-digit number ("What is
 347 * 58?"), which the ~1M-parameter model cannot work out in its head. It may call the `python` tool
 (run in the bubblewrap sandbox; its output comes back as a tool message) and then answers. The tiny
-tool model (`ensure_tiny_model(task="tool_arithmetic")`, built on first use) is warm-started to call the
+tool model (`ensure_tiny_model(task="tool_arithmetic")`, shipped with the package) is warm-started to call the
 tool with the right expression, to call it with a wrong one (`+` for `*`), or to answer without it: only
 the first earns the reward. Validation reports held-out accuracy and tool use (the share of episodes
 that called the tool); the run ends with `validation tool_arithmetic/avg@4: <before> -> <after>` and
