@@ -1,4 +1,4 @@
-"""Scorers that misbehave on purpose, for tests/test_scoring_process.py.
+"""Scorers that misbehave on purpose, for tests/test_scoring_process.py and the doctor's data check.
 
 They live in their own module, not in the test file, because the scoring child process
 loads scorers by import path; it finds this module through the parent's sys.path.
@@ -37,3 +37,8 @@ def missing_keys(response: str, ground_truth: str) -> dict:
 def always_hangs(response: str, ground_truth: str) -> dict:
     """Hangs on every response, in C code (the regex of catastrophic_regex on its bad input)."""
     return catastrophic_regex("1" * 40 + "x", ground_truth)
+
+
+def never_reads(response: str, ground_truth: str) -> dict:
+    """Finds no answer in any response, as a scorer of another format would (tests/test_doctor.py)."""
+    return {"score": -1.0, "acc": False, "pred": None}

@@ -1,18 +1,22 @@
 """`rllib doctor`: the learner's module and a vLLM engine agree on the real model, before and after a weight
 sync; a planted stale engine and a template that is not prefix-preserving are caught."""
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from dapo_rllib.algorithm.dapo import DAPOConfig
+from dapo_rllib.doctor.data_checks import DataProbe, data_checks
 from dapo_rllib.doctor.report import FAIL, NOTE, PASS
 from dapo_rllib.doctor.run import DoctorSettings, run_doctor
 from dapo_rllib.doctor.template_checks import context_check, end_of_turn_check, prefix_check
 from dapo_rllib.rollout import vllm_engine
+from dapo_rllib.tasks.data import generate_arithmetic_problems, problem_to_row
 from tests.rllib_command import RLLIB
 
 SHORT = DoctorSettings(samples=2, max_tokens=48)
@@ -133,3 +137,56 @@ def test_eos_disagreement_and_a_short_context_fail(tiny_model_path):
     short = context_check(AutoConfig.from_pretrained(tiny_model_path), positions + 1)
     assert short.status == FAIL and f"> the model's {positions} positions" in short.detail
     assert prefix_check(tokenizer).status == PASS
+
+
+@pytest.fixture(scope="module")
+def arithmetic_parquet(tmp_path_factory):
+    """Six held-out arithmetic problems as a DAPO-format parquet file, as `rllib data convert` writes them."""
+    path = tmp_path_factory.mktemp("doctor_data") / "test.parquet"
+    pd.DataFrame(map(problem_to_row, generate_arithmetic_problems("test", 6))).to_parquet(path)
+    return path
+
+
+def test_the_data_check_measures_what_dynamic_sampling_needs(tiny_model_path, arithmetic_parquet):
+    """The tiny model on its own task: the scorer reads its answers, some groups vary; a scorer that reads none
+    fails both rows, naming the fix."""
+    config = DAPOConfig().training(
+        model_path=tiny_model_path, group_size=4, max_prompt_length=128, max_response_length=32
+    )
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    llm = vllm_engine.build_vllm_engine(config, seed=0)
+    probe = DataProbe(str(arithmetic_parquet), problems=6)
+    checks = by_name(data_checks(llm, tokenizer, config, probe))
+    parsed, reward, varying = checks["answers parsed"], checks["reward mean"], checks["groups with variation"]
+    assert parsed.status == PASS and parsed.values["share"] >= 0.5 and parsed.values["samples"] == 6 * 4
+    # math_dapo's reward is +1 right, -1 wrong: its mean is 2 * accuracy - 1.
+    assert reward.values["mean"] == pytest.approx(2 * reward.values["accuracy"] - 1)
+    assert 0 <= varying.values["share"] <= 1 and varying.values["groups"] == 6
+
+    config.environment(env_config={"scorer": "tests.naive_scorers:never_reads"})
+    blind = by_name(data_checks(llm, tokenizer, config, probe))
+    assert blind["answers parsed"].status == FAIL and blind["answers parsed"].values["share"] == 0
+    assert "try another scorer (--scorer math_verify" in blind["answers parsed"].detail
+    assert "a prompt template that asks for the format it reads" in blind["answers parsed"].detail
+    assert blind["reward mean"].values == {"mean": -1.0, "accuracy": 0.0}
+    assert blind["groups with variation"].status == FAIL and blind["groups with variation"].values["share"] == 0
+    assert "fix the scorer or the template first" in blind["groups with variation"].detail
+
+
+def test_doctor_with_data_prints_the_data_rows(tiny_model_path, arithmetic_parquet, tmp_path):
+    """`rllib doctor MODEL --data FILE`, as the README's walk-through runs it before training."""
+    out = subprocess.run(
+        [
+            *RLLIB, "doctor", tiny_model_path, "--data", str(arithmetic_parquet), "--problems", "3",
+            "--group-size", "2", "--max-prompt-length", "128", "--max-response-length", "32",
+            "--out", str(tmp_path / "doctor.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    rows = [line.split("  ")[1].strip() for line in out.stdout.splitlines() if line.startswith("  ")]
+    assert rows[-3:] == ["answers parsed", "reward mean", "groups with variation"], out.stdout + out.stderr
+    record = json.loads((tmp_path / "doctor.json").read_text())
+    assert record["settings"]["data"]["problems"] == 3 and record["settings"]["group_size"] == 2
+    assert record["checks"][-3]["values"]["samples"] == 6

@@ -2,5 +2,6 @@
 
 template_checks   the tokenizer and the chat template: turns, tools, end of turn, round trip, context
 engine_checks     the learner's and vLLM's log-probs, before and after one weight sync
+data_checks       a run's data sampled and scored (--data): answers parsed, reward mean, groups with variation
 report            the checks' results, the table and the run of them all (`run_doctor`)
 """

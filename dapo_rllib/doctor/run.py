@@ -10,6 +10,7 @@ from typing import Any
 
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
+from dapo_rllib.doctor.data_checks import DataProbe, data_checks
 from dapo_rllib.doctor.engine_checks import engine_checks
 from dapo_rllib.doctor.report import Check, format_table
 from dapo_rllib.doctor.template_checks import template_checks
@@ -31,9 +32,10 @@ class DoctorSettings:
     seed: int = 0
 
 
-def run_doctor(config, settings: DoctorSettings = DoctorSettings()) -> list[Check]:
+def run_doctor(config, settings: DoctorSettings = DoctorSettings(), data: DataProbe | None = None) -> list[Check]:
     """The checks of the model of `config` (a `DAPOConfig`: its model, dtype and sequence lengths), in the
-    table's order: the learner's module and a vLLM engine load it as the run would, from its directory."""
+    table's order: the learner's module and a vLLM engine load it as the run would, from its directory. With
+    `data`, the run's problems sampled and scored too (`data_checks`)."""
     config.model_settings.validate()
     directory = ensure_model_directory(config.model_path) if config.model_path else Path(config.policy_model_path)
     tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -42,9 +44,10 @@ def run_doctor(config, settings: DoctorSettings = DoctorSettings()) -> list[Chec
     checks = template_checks(
         tokenizer, model_config, generation_config, config.max_prompt_length + config.max_response_length
     )
-    # The engine holds the probe prompts and their samples: the run's lengths are the context check's.
+    # The engine holds the probe prompts and their samples; with `data`, the run's prompts and responses too.
+    prompt, response = (config.max_prompt_length, config.max_response_length) if data is not None else (0, 0)
     probe = config.copy(copy_frozen=False).training(
-        max_prompt_length=PROBE_PROMPT_TOKENS, max_response_length=settings.max_tokens
+        max_prompt_length=max(PROBE_PROMPT_TOKENS, prompt), max_response_length=max(settings.max_tokens, response)
     )
     module = _learner_module(probe, len(tokenizer))
     llm = build_vllm_engine(probe, seed=settings.seed)
@@ -56,7 +59,9 @@ def run_doctor(config, settings: DoctorSettings = DoctorSettings()) -> list[Chec
         "max_tokens": settings.max_tokens,
         "bucket_bytes": config.weight_sync_settings.bucket_bytes,
     }
-    return engine_checks(module, llm, tokenizer, engine_settings) + checks
+    # Sampled before the parity checks move the weights: the data check is of the model as it is.
+    sampled = [] if data is None else data_checks(llm, tokenizer, config, data)
+    return engine_checks(module, llm, tokenizer, engine_settings) + checks + sampled
 
 
 def check_before_run(config) -> None:
