@@ -74,6 +74,18 @@ def test_every_path_typed_is_made_absolute_and_names_are_kept(tmp_path, monkeypa
     assert (train.storage_path, train.restore) == ("s3://b/runs", "ck")
 
 
+def test_a_run_that_fails_before_writing_leaves_no_run_directory(tmp_path):
+    (tmp_path / "bad_model.py").write_text(
+        "import dapo_rllib  # noqa: F401\n"
+        "from dapo_rllib.algorithm.dapo import DAPOConfig\n\n"
+        "config = DAPOConfig().training(model_path='no_such_model')\n"
+    )
+    stop = '{"training_iteration": 1}'
+    code, out = rllib("train", "file", "bad_model.py", "--no-tune", "--stop", stop, "--name", "bad", cwd=tmp_path)
+    assert code == 2 and "model_path='no_such_model' is not a Hugging Face model directory" in out, out[-3000:]
+    assert (tmp_path / "runs").is_dir() and not (tmp_path / "runs" / "bad").exists()
+
+
 def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
     out, run_dir = dapo_run["out"], dapo_run["run_dir"]
     assert "[DAPO] generation round 1:" in out and "samples scored" in out

@@ -18,9 +18,11 @@ import json
 import logging
 import math
 import runpy
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -261,14 +263,15 @@ def train(
     run_dir = Path(tempfile.gettempdir()) / "dapo_rllib_runs" / name if remote else Path(storage) / name
     ray.init(num_cpus=opts.num_cpus, ignore_reinit_error=True, include_dashboard=False)
     searched = search_space_keys(config)
-    if opts.no_tune:
-        if searched or opts.num_samples != 1:
-            raise ValueError(
-                f"--no-tune trains one config; the search space over {searched} (num_samples={opts.num_samples}) needs Ray Tune (drop --no-tune)"
-            )
-        outcomes = [_train_in_process(config, opts, run_dir, remote)]
-    else:
-        outcomes = _train_with_tune(config, opts, storage, name, searched)
+    with _removed_if_unwritten(run_dir):
+        if opts.no_tune:
+            if searched or opts.num_samples != 1:
+                raise ValueError(
+                    f"--no-tune trains one config; the search space over {searched} (num_samples={opts.num_samples}) needs Ray Tune (drop --no-tune)"
+                )
+            outcomes = [_train_in_process(config, opts, run_dir, remote)]
+        else:
+            outcomes = _train_with_tune(config, opts, storage, name, searched)
     print_report(outcomes, searched, run_dir, remote)
     if after_run is not None:
         after_run(outcomes, run_dir)
@@ -278,6 +281,18 @@ def train(
             if not item.name.startswith("checkpoint_"):
                 upload(item, f"{remote}/{item.name}")
     return outcomes
+
+
+@contextmanager
+def _removed_if_unwritten(run_dir: Path):
+    """A run that fails before writing anything into `run_dir` leaves no empty run directory behind (one it
+    wrote into stays, for its logs and checkpoints)."""
+    try:
+        yield
+    except BaseException:
+        if run_dir.is_dir() and not any(path.is_file() for path in run_dir.rglob("*")):
+            shutil.rmtree(run_dir)
+        raise
 
 
 def with_overrides(config: AlgorithmConfig, overrides: dict[str, Any]) -> AlgorithmConfig:
