@@ -9,6 +9,11 @@
 - `<!-- generated: micro-batch-sweep FILE="row label" ... -->` becomes the table of the micro-batch
   sweeps in bench/results/<FILE>.json (`bench/scale.py --sweep-micro-batch-tokens`).
 - The figures and JSON files of bench/results are served under results/.
+
+The settings table and the benchmark tables (`IN_FILE`) also live in their pages, between their marker and
+`<!-- end generated -->`, so that a page reads on its own as plain Markdown; `python docs/hooks.py` writes them
+there again after a change, and tests/test_docs_examples.py fails while a page holds an out-of-date one. The
+layout is generated when the site is built only: it changes with every module added.
 """
 
 from __future__ import annotations
@@ -42,7 +47,22 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
-    return GENERATED.sub(lambda m: GENERATORS[m["kind"]](*shlex.split(m["args"])), markdown)
+    return GENERATED.sub(lambda m: generate(m), markdown)
+
+
+def generate(match: re.Match) -> str:
+    return GENERATORS[match["kind"]](*shlex.split(match["args"]))
+
+
+def regenerated(markdown: str) -> str:
+    """`markdown` with the content of each `IN_FILE` region generated anew, between its markers."""
+
+    def region(match: re.Match) -> str:
+        if match["kind"] not in IN_FILE:
+            return match[0]
+        return f"{match['marker']}\n{generate(match)}\n{END_GENERATED}"
+
+    return GENERATED.sub(region, markdown)
 
 
 def summary(path: Path) -> str:
@@ -165,4 +185,21 @@ GENERATORS = {
     "scale-table": scale_table,
     "micro-batch-sweep": micro_batch_sweep,
 }
-GENERATED = re.compile(r"<!-- generated: (?P<kind>[a-z-]+)(?P<args>[^>]*?)\s*-->")
+#: The kinds whose content is kept in the page too, between the marker and `END_GENERATED`.
+IN_FILE = ("settings-defaults", "scale-table", "micro-batch-sweep")
+END_GENERATED = "<!-- end generated -->"
+# A marker, and the content kept after it up to END_GENERATED, if any.
+GENERATED = re.compile(
+    r"(?P<marker><!-- generated: (?P<kind>[a-z-]+)(?P<args>[^>]*?)\s*-->)"
+    rf"(?:\n(?:(?!<!-- generated: ).)*?{re.escape(END_GENERATED)})?",
+    re.DOTALL,
+)
+DOCS = Path(__file__).resolve().parent
+
+
+if __name__ == "__main__":
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        if regenerated(text) != text:
+            page.write_text(regenerated(text))
+            print(f"regenerated {page.relative_to(ROOT)}")

