@@ -52,12 +52,13 @@ def generation_rounds(rounds: int, prompts: int) -> dict[str, list[float]]:
     `rounds` generation rounds after a warm-up one."""
     import dapo_rllib  # noqa: F401  (vLLM's environment defaults, as in the env runner)
     from dapo_rllib.cli.train import load_config_file
-    from dapo_rllib.rollout.vllm_engine import build_vllm_engine, request_seed, sampling_params
+    from dapo_rllib.rollout.vllm_engine import EngineSettings, build_vllm_engine, request_seed, sampling_params
     from dapo_rllib.tasks.data.prompts import render_prompt_ids
     from dapo_rllib.tasks.env_factory import build_env
 
     config = load_config_file(TINY_EXAMPLE).config
-    llm = build_vllm_engine(config, seed=0)
+    engine = EngineSettings.from_config(config)
+    llm = build_vllm_engine(engine, seed=0)
     from vllm.inputs import TokensPrompt  # after `import dapo_rllib`, which sets vLLM's environment defaults
 
     tokenizer = llm.get_tokenizer()
@@ -72,7 +73,7 @@ def generation_rounds(rounds: int, prompts: int) -> dict[str, list[float]]:
         ]
         params = [
             sampling_params(
-                config,
+                engine,
                 tokenizer,
                 explore=True,
                 seed=request_seed(config.seed, round_index, i),

@@ -234,7 +234,7 @@ def weight_sync_peak_extra_gb(algo) -> tuple[float, float]:
 
 def kv_cache_gb(runner) -> float:
     """The KV cache of the env runner's vLLM engine on CPU (`cpu_kv_cache_bytes`)."""
-    return cpu_kv_cache_bytes(runner.config) / 1e9
+    return cpu_kv_cache_bytes(runner.settings.engine) / 1e9
 
 
 def config_for(workload: Workload, model_path: Path, async_rollout: bool = False) -> DAPOConfig:

@@ -105,7 +105,7 @@ def league_memory(league_size: int, smoke: bool) -> dict[str, Any]:
     from dapo_rllib.models.lora import LoraSettings, adapter_config, adapter_tensors, apply_lora
     from dapo_rllib.models.resolve import ensure_policy_model
     from dapo_rllib.models.tiny import ensure_tiny_model
-    from dapo_rllib.rollout.vllm_engine import build_vllm_engine
+    from dapo_rllib.rollout.vllm_engine import EngineSettings, build_vllm_engine
 
     model = str(ensure_tiny_model()) if smoke else "smollm2-135m-instruct"
     config = DAPOConfig().training(
@@ -132,7 +132,7 @@ def league_memory(league_size: int, smoke: bool) -> dict[str, Any]:
     del peft
     gc.collect()
     before = rss_bytes()
-    llm = build_vllm_engine(config, seed=0)
+    llm = build_vllm_engine(EngineSettings.from_config(config), seed=0)
     started = rss_bytes()
     shelf = AdapterShelf(llm, "bench")
     for name, tensors in adapters.items():

@@ -162,7 +162,7 @@ def workload_spec(
     # dapo_rllib's DAPO, which only this process needs.
     from scale import SMOKE, WORKLOADS, config_for, workload_model
 
-    from dapo_rllib.rollout.vllm_engine import cpu_kv_cache_bytes
+    from dapo_rllib.rollout.vllm_engine import EngineSettings, cpu_kv_cache_bytes
     from envs.math_env import MathEnv
 
     workload = dataclasses.replace(SMOKE if name == "smoke" else WORKLOADS[name], dtype=dtype)
@@ -190,7 +190,7 @@ def workload_spec(
         "generation": generation,
         "vllm_max_model_length": config.max_prompt_length + config.max_response_length,
         # The project's engine's KV cache for this workload, in whole GiB (vLLM's CPU setting).
-        "vllm_kv_cache_gib": max(1, round(cpu_kv_cache_bytes(config) / 2**30)),
+        "vllm_kv_cache_gib": max(1, round(cpu_kv_cache_bytes(EngineSettings.from_config(config)) / 2**30)),
         "torch_threads": threads,
         "seed": config.seed,
     }

@@ -11,7 +11,7 @@ import torch
 from dapo_rllib.algorithm.dapo import DAPOConfig
 from dapo_rllib.models.adapter_shelf import AdapterShelf
 from dapo_rllib.models.lora import adapter_config, adapter_tensors, apply_lora
-from dapo_rllib.rollout.vllm_engine import build_vllm_engine
+from dapo_rllib.rollout.vllm_engine import EngineSettings, build_vllm_engine
 
 ADAPTERS = ("policy", "league_10", "initial")
 B_SCALE = {"policy": 0.5, "league_10": 0.5, "initial": 0.0}  # the initial policy's B matrices are zero
@@ -44,7 +44,7 @@ def engine(tiny_model_path):
         # Both adapters in one batch, and held at once.
         vllm_engine_kwargs={"max_loras": len(ADAPTERS), "max_cpu_loras": len(ADAPTERS)},
     )
-    llm = build_vllm_engine(config, seed=0)
+    llm = build_vllm_engine(EngineSettings.from_config(config), seed=0)
     shelf = AdapterShelf(llm, owner="test engine")
     for seed, name in enumerate(ADAPTERS, 1):
         shelf.put(name, *random_adapter(tiny_model_path, config, seed, B_SCALE[name]))

@@ -166,3 +166,69 @@ def test_modules_and_functions_are_small():
     assert not too_long, (
         f"over {MAX_MODULE_LINES} lines per module or {MAX_FUNCTION_LINES} per function:\n" + "\n".join(too_long)
     )
+
+
+# Sides that read the algorithm's config through typed settings of their own (as verl hands each worker its
+# config object): a DAPO setting renamed or moved in `DAPOConfig` then breaks the one function that maps it.
+TYPED_SETTINGS_SIDES = ("dapo_rllib.rollout",)
+# The functions that map `DAPOConfig` to a side's settings, by module: the only ones that may read its shape.
+SETTINGS_BUILDERS = {
+    "dapo_rllib.rollout.vllm_engine": {"EngineSettings.from_config"},
+    "dapo_rllib.rollout.env_runner": {"RunnerSettings.from_config"},
+}
+# Names the algorithm's config goes by: a variable or parameter, or an attribute (`self.config`).
+CONFIG_NAMES = {"config", "cfg", "algo_config", "eval_config", "eval_cfg"}
+
+
+def _dapo_settings() -> set[str]:
+    """The attributes `DAPOConfig` adds to RLlib's `AlgorithmConfig`: its settings, and the properties and
+    methods it derives from them."""
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    from dapo_rllib.algorithm.dapo import DAPOConfig
+
+    added = set(vars(DAPOConfig())) | set(vars(DAPOConfig))
+    return {name for name in added - set(vars(AlgorithmConfig())) - set(dir(AlgorithmConfig)) if name[0] != "_"}
+
+
+def _config_reads(path: Path, settings: set[str]) -> list[tuple[str, int, str]]:
+    """(the enclosing function's qualified name, line, the expression) of every read of one of `settings` off
+    the config in `path`."""
+    found = []
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, f"{scope}.{child.name}".lstrip("."))
+                continue
+            holder = getattr(child, "value", None)
+            if (
+                isinstance(child, ast.Attribute)
+                and isinstance(child.ctx, ast.Load)
+                and child.attr in settings
+                and getattr(holder, "id", getattr(holder, "attr", None)) in CONFIG_NAMES
+            ):
+                found.append((scope, child.lineno, ast.unparse(child)))
+            visit(child, scope)
+
+    visit(ast.parse(path.read_text()), "")
+    return found
+
+
+def test_typed_settings_sides_read_no_dapo_setting_off_the_config():
+    settings = _dapo_settings()
+    assert {"max_response_length", "lora_sync_path", "sampler_settings"} <= settings  # what the check looks for
+    reads = {name: _config_reads(path, settings) for name, path in MODULES.items()}
+    for module, builders in SETTINGS_BUILDERS.items():  # an allowance must still be needed
+        assert builders <= {scope for scope, _, _ in reads[module]}, f"{module}: {builders} read no setting"
+    direct = [
+        f"{MODULES[name].relative_to(PACKAGE.parent)}:{line} ({scope or 'module'}) reads {expression}"
+        for name, found in reads.items()
+        if any(name == side or name.startswith(side + ".") for side in TYPED_SETTINGS_SIDES)
+        for scope, line, expression in found
+        if scope not in SETTINGS_BUILDERS.get(name, set())
+    ]
+    assert not direct, (
+        "read the side's typed settings (built once by its `from_config`), not DAPOConfig's attributes:\n"
+        + "\n".join(direct)
+    )

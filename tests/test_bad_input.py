@@ -360,7 +360,8 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated(tiny_model_path):
     `evaluate` to its records)."""
     from transformers import AutoTokenizer
 
-    from dapo_rllib.rollout.env_runner import VLLMEnvRunner
+    from dapo_rllib.algorithm.dapo import DAPOConfig
+    from dapo_rllib.rollout.env_runner import RunnerSettings, VLLMEnvRunner
     from dapo_rllib.tasks.chat_turns import TurnRenderer
     from dapo_rllib.tasks.data.prompts import render_prompt_ids
 
@@ -370,7 +371,8 @@ def test_a_prompt_over_max_prompt_length_is_left_truncated(tiny_model_path):
     limit = len(render_prompt_ids(tokenizer, GOOD_PROMPT))
     assert len(full) > limit
     # Only what _fitted_prompt reads: no vLLM engine is built.
-    runner = SimpleNamespace(config=SimpleNamespace(max_prompt_length=limit))
+    config = DAPOConfig().training(model_path=tiny_model_path, max_prompt_length=limit)
+    runner = SimpleNamespace(settings=RunnerSettings.from_config(config))
     renderer = TurnRenderer(tokenizer)
     fitted = VLLMEnvRunner._fitted_prompt(runner, renderer, GOOD_PROMPT)
     assert fitted == (render_prompt_ids(tokenizer, GOOD_PROMPT), False)
@@ -395,6 +397,7 @@ def test_rllib_evaluate_reports_left_truncated_prompts(tiny_model_path, tmp_path
             from transformers import AutoTokenizer
 
             self.config, self.metrics = config, MetricsLogger()
+            self.settings = env_runner.RunnerSettings.from_config(config)
             self.tokenizer = AutoTokenizer.from_pretrained(config.policy_model_path)
 
         def evaluate(self, *, num_samples, max_problems=None, progress=False):

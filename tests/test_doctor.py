@@ -154,7 +154,7 @@ def test_the_data_check_measures_what_dynamic_sampling_needs(tiny_model_path, ar
         model_path=tiny_model_path, group_size=4, max_prompt_length=128, max_response_length=32
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    llm = vllm_engine.build_vllm_engine(config, seed=0)
+    llm = vllm_engine.build_vllm_engine(vllm_engine.EngineSettings.from_config(config), seed=0)
     probe = DataProbe(str(arithmetic_parquet), problems=6)
     checks = by_name(data_checks(llm, tokenizer, config, probe))
     parsed, reward, varying = checks["answers parsed"], checks["reward mean"], checks["groups with variation"]

@@ -98,7 +98,9 @@ def test_the_learner_sequence_is_vllms_ids_plus_the_environments_ids(algo, examp
         response, mask = [], []
         for t in range(len(ep)):
             seed = request_seed(cfg.seed, TRAIN_STREAM, GROUP_ID, k, t)
-            params = sampling_params(cfg, runner.tokenizer, explore=True, seed=seed, max_tokens=96 - len(response))
+            params = sampling_params(
+                runner.settings.engine, runner.tokenizer, explore=True, seed=seed, max_tokens=96 - len(response)
+            )
             (out,) = runner.llm.generate([{"prompt_token_ids": context + response}], params, use_tqdm=False)
             sampled = list(out.outputs[0].token_ids)
             assert list(ep.get_actions(t)) == sampled

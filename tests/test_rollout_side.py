@@ -12,7 +12,7 @@ from dapo_rllib.columns import Metrics
 from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.reporting.progress import summary_line
 from dapo_rllib.rollout.env_runner import VLLMEnvRunner
-from dapo_rllib.rollout.vllm_engine import cpu_kv_cache_bytes
+from dapo_rllib.rollout.vllm_engine import EngineSettings, cpu_kv_cache_bytes
 from tests.test_dapo_integration import CHECKED, engine_weights, learner_weights, resume_once, tiny_config, unpadded
 
 # 100 kB buckets: the tiny model's embedding (303 x 128 floats) and MLP matrices do not fit one,
@@ -124,10 +124,10 @@ def test_a_cpu_engines_kv_cache_fits_its_longest_sequences(tiny_model_path, monk
     config = tiny_config(tiny_model_path)  # max_prompt_length 128, max_response_length 24
     # The tiny Qwen2: 4 layers x (keys, values) x 2 KV heads x head_dim 128 / 4 = 32 x 4 bytes = 2,048 bytes a
     # token; 256 sequences x (128 + 24 + a 128-token block) = 71,680 tokens: 146,800,640 bytes.
-    assert cpu_kv_cache_bytes(config) == 146_800_640
+    settings = EngineSettings.from_config(config)
+    assert cpu_kv_cache_bytes(settings) == 146_800_640
     # A long context reaches the cap: 256 x (2048 + 20480 + 128) x 2,048 bytes is over 1 GiB.
-    assert (
-        cpu_kv_cache_bytes(tiny_config(tiny_model_path, max_prompt_length=2048, max_response_length=20480)) == 1 << 30
-    )
+    long_context = tiny_config(tiny_model_path, max_prompt_length=2048, max_response_length=20480)
+    assert cpu_kv_cache_bytes(EngineSettings.from_config(long_context)) == 1 << 30
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")  # vLLM's own setting decides where given
-    assert cpu_kv_cache_bytes(config) == 2 << 30
+    assert cpu_kv_cache_bytes(settings) == 2 << 30

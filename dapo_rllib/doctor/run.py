@@ -15,7 +15,7 @@ from dapo_rllib.doctor.engine_checks import engine_checks
 from dapo_rllib.doctor.report import Check, format_table
 from dapo_rllib.doctor.template_checks import template_checks
 from dapo_rllib.models.resolve import ensure_model_directory
-from dapo_rllib.rollout.vllm_engine import build_vllm_engine
+from dapo_rllib.rollout.vllm_engine import EngineSettings, build_vllm_engine
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def run_doctor(config, settings: DoctorSettings = DoctorSettings(), data: DataPr
         max_prompt_length=max(PROBE_PROMPT_TOKENS, prompt), max_response_length=max(settings.max_tokens, response)
     )
     module = _learner_module(probe, len(tokenizer))
-    llm = build_vllm_engine(probe, seed=settings.seed)
+    llm = build_vllm_engine(EngineSettings.from_config(probe), seed=settings.seed)
     engine_settings: dict[str, Any] = {
         "dtype": config.model_dtype,
         "seed": settings.seed,

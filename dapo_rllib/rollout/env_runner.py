@@ -20,6 +20,7 @@ own, holding only the sampler.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -50,11 +51,12 @@ from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.rollout.game_sampling import GameSampling
 from dapo_rllib.rollout.matchups import LeagueDraw
 from dapo_rllib.rollout.timing import RolloutTiming
-from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, Turn, TurnLoop
+from dapo_rllib.rollout.turn_loop import EndReason, EpisodeRollout, Turn, TurnLoop, TurnSettings
 from dapo_rllib.rollout.vllm_engine import (
     EVAL_STREAM,
     TRAIN_STREAM,
     EngineAdapter,
+    EngineSettings,
     EngineWeights,
     build_vllm_engine,
     request_seed,
@@ -65,10 +67,46 @@ from dapo_rllib.tasks.chat_turns import TurnRenderer, check_renders_tools
 from dapo_rllib.tasks.env_factory import build_env
 from dapo_rllib.tasks.env_failures import EnvFailure
 from dapo_rllib.tasks.game_env import GameEnv
-from dapo_rllib.tasks.rewards.overlong import overlong_penalty
+from dapo_rllib.tasks.rewards.overlong import OverlongSettings, overlong_penalty
 from dapo_rllib.tasks.tools import load_tool_call_parser
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerSettings:
+    """What an env runner reads of the algorithm's config, built once from the config RLlib hands it
+    (`from_config`, the one place that knows `DAPOConfig`'s shape): as verl hands each worker a config of its
+    own, a setting renamed in the algorithm breaks that mapping only. RLlib's own settings (env, env_config,
+    seed, policies) are read off the config itself.
+
+    Attributes:
+        engine: The vLLM engine's (`EngineSettings`).
+        turns: Turns, tools and environment deadlines.
+        overlong: The soft overlong punishment of the episodes' rewards.
+        group_size: Episodes sampled per problem.
+        eval_env, eval_env_config: The validation environment and its config (`DAPOConfig.evaluation_env_config`).
+    """
+
+    engine: EngineSettings
+    turns: TurnSettings
+    overlong: OverlongSettings
+    group_size: int
+    eval_env: Any
+    eval_env_config: dict
+
+    @classmethod
+    def from_config(cls, config) -> RunnerSettings:
+        """The settings of an env runner of `config` (a `DAPOConfig`, or its evaluation copy)."""
+        eval_config = config if config.in_evaluation else config.get_evaluation_config_object()
+        return cls(
+            engine=EngineSettings.from_config(config),
+            turns=config.turn_settings,
+            overlong=config.overlong_settings,
+            group_size=config.group_size,
+            eval_env=eval_config.env,
+            eval_env_config=config.evaluation_env_config(),
+        )
 
 
 class VLLMEnvRunner(EnvRunner, Checkpointable):
@@ -79,24 +117,28 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         from transformers import AutoTokenizer
 
         self.worker_index = self.worker_index or 0
+        self.settings = RunnerSettings.from_config(config)
         self.make_env()
         self._eval_env = None
         self._curriculum: dict[str, int] | None = None  # the curriculum levels the driver set (None: none)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.config.policy_model_path)
-        self.llm = build_vllm_engine(self.config, seed=(self.config.seed or 0) + self.worker_index)
+        engine = self.settings.engine
+        self.tokenizer = AutoTokenizer.from_pretrained(engine.policy_model_path)
+        self.llm = build_vllm_engine(engine, seed=(self.config.seed or 0) + self.worker_index)
         owner = f"env runner {self.worker_index}"
-        if self.config.lora_sync_path != "adapter":  # every weight (full fine-tuning, or merged adapters)
+        if engine.adapter is None:  # every weight (full fine-tuning, or merged adapters)
             self._engine_weights = EngineWeights(self.llm, owner=owner)
         else:  # the base model serves the learner's adapter (dapo_rllib.models.lora)
-            config = lora_adapter_config(self.config.policy_model_path, self.config.lora_settings)
-            self._engine_weights = EngineAdapter(self.llm, config, owner=owner)
+            adapter_config = lora_adapter_config(engine.policy_model_path, engine.adapter)
+            self._engine_weights = EngineAdapter(self.llm, adapter_config, owner=owner)
         self._held_seq_no = 0  # of the weights the engine holds (the learner's count of updates)
-        self._tool_parser = load_tool_call_parser(self.config.tool_call_format)
+        self._tool_parser = load_tool_call_parser(self.settings.turns.tool_call_format)
         self._renderers: dict[type, TurnRenderer] = {}  # per environment class (its tools)
         self._train_loop, self._eval_loop = self._turn_loop(explore=True), self._turn_loop(explore=False)
         renderer = self._renderer(self.env)  # a chat template that cannot show the env's tools is refused here
         self._games = (
-            GameSampling(self.config, self._train_loop, self._eval_loop, renderer, self._fitted_prompt)
+            GameSampling(
+                self.config, self.settings.group_size, self._train_loop, self._eval_loop, renderer, self._fitted_prompt
+            )
             if isinstance(self.env, GameEnv)
             else None
         )
@@ -112,8 +154,9 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
     @override(EnvRunner)
     def get_spaces(self):
         vocab = len(self.tokenizer)
-        obs = gym.spaces.Box(0, vocab - 1, (self.config.max_prompt_length,), np.int64)
-        act = gym.spaces.Box(0, vocab - 1, (self.config.max_response_length,), np.int64)
+        sampler = self.settings.engine.sampler
+        obs = gym.spaces.Box(0, vocab - 1, (sampler.max_prompt_length,), np.int64)
+        act = gym.spaces.Box(0, vocab - 1, (sampler.max_response_length,), np.int64)
         return {
             INPUT_ENV_SPACES: (self.env.observation_space, self.env.action_space),
             DEFAULT_MODULE_ID: (obs, act),
@@ -134,7 +177,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         """(the prompt's token ids, chat template where the tokenizer has one, left-truncated to
         max_prompt_length: DAPO keeps the end; whether it was truncated)."""
         ids = renderer.prompt_ids(messages)
-        limit = self.config.max_prompt_length
+        limit = self.settings.engine.sampler.max_prompt_length
         return list(ids[-limit:]), len(ids) > limit
 
     def _start_episodes(self, env, loop: TurnLoop, starts: list[tuple[int, tuple[int, ...]]]) -> list[EpisodeRollout]:
@@ -165,14 +208,14 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         if renderer is None or renderer.tools != tools:
             if tools:
                 check_renders_tools(self.tokenizer)
-            renderer = TurnRenderer(self.tokenizer, tools, self.config.max_tool_response_tokens)
+            renderer = TurnRenderer(self.tokenizer, tools, self.settings.turns.max_tool_response_tokens)
             self._renderers[type(env)] = renderer
         return renderer
 
     def _turn_loop(self, explore: bool) -> TurnLoop:
         from vllm.inputs import TokensPrompt
 
-        cfg = self.config
+        engine, turns, run_seed = self.settings.engine, self.settings.turns, self.config.seed
 
         def generate(prompts, params, policies):
             prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
@@ -181,14 +224,14 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         return TurnLoop(
             generate=generate,
             make_params=lambda seed, max_tokens, stop: sampling_params(
-                cfg, self.tokenizer, explore=explore, seed=seed, max_tokens=max_tokens, stop=stop
+                engine, self.tokenizer, explore=explore, seed=seed, max_tokens=max_tokens, stop=stop
             ),
             tokenizer=self.tokenizer,
             parser=self._tool_parser,
-            max_turns=cfg.max_turns,
-            budget=cfg.max_response_length,
-            seed=lambda stream: request_seed(cfg.seed, *stream),
-            env_timeout_s=cfg.env_timeout_s,
+            max_turns=turns.max_turns,
+            budget=engine.sampler.max_response_length,
+            seed=lambda stream: request_seed(run_seed, *stream),
+            env_timeout_s=turns.env_timeout_s,
         )
 
     def _adapters(self, policies: list[str]):
@@ -216,14 +259,14 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
         seeds follow from its group id, its place in the group and the turn alone, so a share sampled
         again on another env runner (its own died) gives the same episodes.
         """
-        cfg = self.config
+        group_size = self.settings.group_size
         if self._games is not None:
             rollouts, group_ids, values, timing = self._games.sample(self.env, requests)
         else:
-            starts = [(i, (TRAIN_STREAM, group_id, k)) for i, group_id in requests for k in range(cfg.group_size)]
+            starts = [(i, (TRAIN_STREAM, group_id, k)) for i, group_id in requests for k in range(group_size)]
             rollouts = self._start_episodes(self.env, self._train_loop, starts)
             timing = self._train_loop.run(rollouts)
-            group_ids = [group_id for _, group_id in requests for _ in range(cfg.group_size)]
+            group_ids = [group_id for _, group_id in requests for _ in range(group_size)]
             values = [None] * len(rollouts)
         for rollout in rollouts:
             if rollout.prompt_truncated:
@@ -246,12 +289,12 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     def _overlong_penalties(self, lengths: list[int]) -> list[float]:
         """The soft overlong punishment of responses of these lengths (0 with overlong_buffer_len=0)."""
-        cfg = self.config
+        overlong, max_response_length = self.settings.overlong, self.settings.engine.sampler.max_response_length
         penalties = overlong_penalty(
             lengths,
-            max_response_length=cfg.max_response_length,
-            overlong_buffer_len=cfg.overlong_settings.buffer_tokens(cfg.max_response_length),
-            penalty_factor=cfg.overlong_penalty_factor,
+            max_response_length=max_response_length,
+            overlong_buffer_len=overlong.buffer_tokens(max_response_length),
+            penalty_factor=overlong.penalty_factor,
         )
         return penalties.tolist()
 
@@ -306,12 +349,10 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     # ----- evaluation on the held-out split ---------------------------------------------
     def _evaluation_env(self) -> gym.Env:
-        """The validation env: `config.evaluation_env_config()` (eval_dataset, evaluation_config)."""
+        """The validation env: `RunnerSettings.eval_env_config` (eval_dataset, evaluation_config)."""
         if self._eval_env is None:
-            eval_cfg = self.config if self.config.in_evaluation else self.config.get_evaluation_config_object()
-            self._eval_env = build_env(
-                eval_cfg.env, self.config.evaluation_env_config(), self.worker_index, self.num_workers
-            )
+            settings = self.settings
+            self._eval_env = build_env(settings.eval_env, settings.eval_env_config, self.worker_index, self.num_workers)
             self._renderer(self._eval_env)
             self._set_levels(self._eval_env)
         return self._eval_env

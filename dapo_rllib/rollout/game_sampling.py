@@ -36,11 +36,12 @@ from dapo_rllib.tasks.game_env import AGENTS, GameEnv, agent_seat
 
 
 class GameSampling:
-    """The games of an env runner: its config, its model loops, the renderer and prompt fitting it uses, and
-    the league it draws opponents from (None: no league)."""
+    """The games of an env runner: its config (RLlib's multi-agent settings and seed), the games per request
+    (`group_size`), its model loops, the renderer and prompt fitting it uses, and the league it draws
+    opponents from (None: no league)."""
 
-    def __init__(self, config, train_loop: TurnLoop, eval_loop: TurnLoop, renderer, fitted_prompt):
-        self.config = config
+    def __init__(self, config, group_size: int, train_loop: TurnLoop, eval_loop: TurnLoop, renderer, fitted_prompt):
+        self.config, self.group_size = config, group_size
         prompt_ids = functools.partial(fitted_prompt, renderer)
         self._train = GameLoop(train_loop, renderer, prompt_ids)
         self._eval = GameLoop(eval_loop, renderer, prompt_ids)
@@ -76,13 +77,13 @@ class GameSampling:
         starts = [
             self._start(index, matchups[request_id], (TRAIN_STREAM, request_id, k))
             for index, request_id in requests
-            for k in range(self.config.group_size)
+            for k in range(self.group_size)
         ]
         games = self._train.start(env, starts)
         timing = self._train.run(games)
         rollouts, ids, values = [], [], []
         for n, game in enumerate(games):
-            request_id = requests[n // self.config.group_size][1]
+            request_id = requests[n // self.group_size][1]
             for agent, seat in game.seats.items():
                 # A seat that never moved has nothing to train on; a snapshot's seat is not trained.
                 if seat.turns and seat.policy == DEFAULT_MODULE_ID:

@@ -26,7 +26,7 @@ import torch
 
 from dapo_rllib.library_logs import known_native_lines_dropped, library_logs_requested
 from dapo_rllib.models.adapter_shelf import AdapterShelf
-from dapo_rllib.models.lora import POLICY_ADAPTER, engine_lora_kwargs
+from dapo_rllib.models.lora import POLICY_ADAPTER, LoraSettings, engine_lora_kwargs
 from dapo_rllib.rollout.weight_sync import BucketAssembler
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
 from dapo_rllib.vllm_private import (
@@ -89,16 +89,54 @@ class SamplerSettings(FeatureSettings):
         )
 
 
-def build_vllm_engine(config, seed: int):
+@dataclasses.dataclass(frozen=True)
+class EngineSettings:
+    """What an env runner's vLLM engine is built and samples with: the engine's share of the algorithm's
+    config, as verl hands its rollout worker a config of its own. `from_config` is the one place that reads
+    it from a `DAPOConfig`, so a setting renamed there breaks that mapping, not the engine.
+
+    Attributes:
+        policy_model_path: The policy's model directory (`ModelSettings.policy_model_path`).
+        model_dtype: The engine's dtype, the learner's (`ModelSettings.model_dtype`).
+        sampler: Lengths, rollout sampling and extra engine arguments.
+        eval_temperature, eval_top_p: Validation sampling (`EvaluationSettings`).
+        adapter: The adapters' settings where the engine serves the policy as a LoRA adapter (`lora_sync_path`
+            "adapter"); None where whole weights stream in (full fine-tuning, merged adapters).
+        league_size: League snapshots the engine serves beside the policy's adapter (`LeagueSettings.size`).
+    """
+
+    policy_model_path: str
+    model_dtype: str
+    sampler: SamplerSettings
+    eval_temperature: float
+    eval_top_p: float
+    adapter: LoraSettings | None
+    league_size: int
+
+    @classmethod
+    def from_config(cls, config) -> EngineSettings:
+        """The engine settings of `config` (a `DAPOConfig`), the LoRA sync path resolved once."""
+        return cls(
+            policy_model_path=config.policy_model_path,
+            model_dtype=config.model_dtype,
+            sampler=config.sampler_settings,
+            eval_temperature=config.eval_temperature,
+            eval_top_p=config.eval_top_p,
+            adapter=config.lora_settings if config.lora_sync_path == "adapter" else None,
+            league_size=config.league_size,
+        )
+
+
+def build_vllm_engine(settings: EngineSettings, seed: int):
     """An in-process vLLM engine for the policy's model (CPU build here, CUDA build on GPUs)."""
     from vllm import LLM  # after `import dapo_rllib`, which sets vLLM's environment defaults
 
     on_gpu = torch.cuda.is_available()
     kwargs = dict(
-        model=config.policy_model_path,
-        dtype=config.model_dtype,
+        model=settings.policy_model_path,
+        dtype=settings.model_dtype,
         seed=seed,
-        max_model_len=config.max_prompt_length + config.max_response_length,
+        max_model_len=settings.sampler.longest_sequence,
         enforce_eager=not on_gpu,
         gpu_memory_utilization=0.5 if on_gpu else 0.1,
         # The sampled tokens' log-probs after temperature: the distribution sampled from, the
@@ -110,10 +148,10 @@ def build_vllm_engine(config, seed: int):
         # Per-request seeds (see `sampling_params`) crash vLLM's CPU backend when a prefill is
         # chunked ("CPU Generator does not use offset"): prefill prompts whole.
         kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(4096, kwargs["max_model_len"]))
-        kwargs.update(kv_cache_memory_bytes=cpu_kv_cache_bytes(config))
-    if config.lora_sync_path == "adapter":
-        kwargs.update(engine_lora_kwargs(config.lora_settings.rank, config.league_size))
-    kwargs.update(config.vllm_engine_kwargs)
+        kwargs.update(kv_cache_memory_bytes=cpu_kv_cache_bytes(settings))
+    if settings.adapter is not None:
+        kwargs.update(engine_lora_kwargs(settings.adapter.rank, settings.league_size))
+    kwargs.update(settings.sampler.vllm_engine_kwargs)
     with known_native_lines_dropped():
         llm = LLM(**kwargs)
     release_startup_objects()
@@ -134,9 +172,9 @@ def release_startup_objects() -> None:
     drop_import_error_frames()
 
 
-def cpu_kv_cache_bytes(config) -> int:
+def cpu_kv_cache_bytes(settings: EngineSettings) -> int:
     """The KV cache of a CPU engine: $VLLM_CPU_KVCACHE_SPACE GiB where it is set (vLLM's own setting), else
-    room for `ENGINE_MAX_SEQUENCES` sequences of the config's longest (and a block each to spare), at most
+    room for `ENGINE_MAX_SEQUENCES` sequences of the settings' longest (and a block each to spare), at most
     `CPU_KV_CACHE_MAX_BYTES`.
 
     vLLM's CPU backend would otherwise take a size whatever the model: 1 GiB held 1M tokens of the tiny
@@ -146,7 +184,7 @@ def cpu_kv_cache_bytes(config) -> int:
 
     if os.environ.get(CPU_KV_CACHE_ENV):
         return int(os.environ[CPU_KV_CACHE_ENV]) << 30
-    hf = AutoConfig.from_pretrained(config.policy_model_path)
+    hf = AutoConfig.from_pretrained(settings.policy_model_path)
     heads = getattr(hf, "num_attention_heads", None)
     kv_heads = getattr(hf, "num_key_value_heads", None) or heads
     head_dim = getattr(hf, "head_dim", None) or (hf.hidden_size // heads if heads else None)
@@ -154,11 +192,13 @@ def cpu_kv_cache_bytes(config) -> int:
     if not (kv_heads and head_dim and layers):  # an architecture this rule cannot read: the cap
         return CPU_KV_CACHE_MAX_BYTES
     per_token = layers * 2 * kv_heads * head_dim * 4  # keys and values, float32 at most
-    tokens = ENGINE_MAX_SEQUENCES * (config.max_prompt_length + config.max_response_length + KV_BLOCK_TOKENS)
+    tokens = ENGINE_MAX_SEQUENCES * (settings.sampler.longest_sequence + KV_BLOCK_TOKENS)
     return min(CPU_KV_CACHE_MAX_BYTES, tokens * per_token)
 
 
-def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: int, stop: tuple[str, ...] = ()):
+def sampling_params(
+    settings: EngineSettings, tokenizer, *, explore: bool, seed: int, max_tokens: int, stop: tuple[str, ...] = ()
+):
     """The SamplingParams of one model turn of one episode.
 
     A seed per request makes a turn a function of (weights, seed, context) only, so a run resumed from a
@@ -176,8 +216,8 @@ def sampling_params(config, tokenizer, *, explore: bool, seed: int, max_tokens: 
     return SamplingParams(
         n=1,
         seed=seed,
-        temperature=config.temperature if explore else config.eval_temperature,
-        top_p=config.top_p if explore else config.eval_top_p,
+        temperature=settings.sampler.temperature if explore else settings.eval_temperature,
+        top_p=settings.sampler.top_p if explore else settings.eval_top_p,
         max_tokens=max_tokens,
         logprobs=0,
         flat_logprobs=True,
