@@ -218,21 +218,28 @@ def test_evaluate_a_checkpoint_on_another_dataset(dapo_run, tmp_path):
     from dapo_rllib.tasks.data import generate_arithmetic_problems, problem_to_row, write_jsonl
 
     data = tmp_path / "eval.jsonl"
-    write_jsonl(map(problem_to_row, generate_arithmetic_problems("test", 6)), data)
+    # Each problem three times: a model directory would get n = 3, a checkpoint its run's n.
+    write_jsonl(3 * list(map(problem_to_row, generate_arithmetic_problems("test", 6))), data)
     results = tmp_path / "results.json"
     # Every path relative, from another directory than the run's, as the README's command types them.
     checkpoint = os.path.relpath(dapo_run["run_dir"] / "checkpoint_000002", tmp_path)
     out = run_ok(
-        "evaluate", checkpoint, "--data", "eval.jsonl", "--num-samples", "3", "--out", "results.json", cwd=tmp_path
+        "evaluate", checkpoint, "--data", "eval.jsonl", "--temperature", "0.9", "--out", "results.json", cwd=tmp_path
     )
-    assert "avg@3" in out and "maj@3" in out and f"results (every number, per problem too): {results}" in out
+    # The run's validation settings (FAST_EVAL's 2 samples, the tiny example's 32-token responses), said so.
+    assert (
+        "settings of the checkpoint's run: 2 samples per problem (--num-samples), "
+        "responses up to 32 tokens (--max-response-length), top_p 0.7 (--top-p)"
+    ) in out
+    assert "avg@2" in out and "maj@2" in out and f"results (every number, per problem too): {results}" in out
     report = json.loads(results.read_text())
     metrics = report["metrics"]["arithmetic"]
-    assert (metrics["num_problems"], metrics["num_samples"]) == (6, 18)
-    assert 0.0 <= metrics["avg@3"] <= metrics["pass@3"] <= 1.0
-    assert report["settings"]["num_samples"] == 3 and report["settings"]["max_response_length"] == 32
-    assert [p["num_samples"] for p in report["problems"]] == [3] * 6
-    assert metrics["avg@3"] == pytest.approx(np.mean([p["accuracy"] for p in report["problems"]]))
+    assert (metrics["num_problems"], metrics["num_samples"]) == (6, 12)
+    assert 0.0 <= metrics["avg@2"] <= metrics["pass@2"] <= 1.0
+    settings = report["settings"]
+    assert (settings["num_samples"], settings["max_response_length"], settings["temperature"]) == (2, 32, 0.9)
+    assert [p["num_samples"] for p in report["problems"]] == [2] * 6
+    assert metrics["avg@2"] == pytest.approx(np.mean([p["accuracy"] for p in report["problems"]]))
 
 
 def test_export_writes_a_model_that_transformers_and_vllm_load(dapo_run, tmp_path, tiny_model_path):

@@ -12,7 +12,8 @@ Repeated rows count once: the AIME 2024 file holds 30 problems x 32 copies, whic
 problems, and n defaults to the number of copies (32), so "avg@32 over the file's 960 rows" and
 "32 samples of each unique problem" are the same number. A DAPO checkpoint's policy is exported
 to a temporary Hugging Face directory first (no learner is built); its config supplies the
-defaults (lengths, sampling, seed). Other algorithms' checkpoints go through
+defaults, the run's validation settings (samples per problem, response length, temperature, top_p;
+seed), so that the numbers compare with the run's own, and a line says which it took. Other algorithms' checkpoints go through
 `Algorithm.evaluate`.
 """
 
@@ -106,6 +107,10 @@ def evaluate(
                     f"{given} apply to DAPO checkpoints and model directories; {str(model)!r} is a {config.algo_class.__name__} checkpoint"
                 )
             return evaluate_algorithm_checkpoint(model, out=out)
+        # The run's validation settings unless given, so that the numbers compare with the run's own (its
+        # samples per problem over the file's copies too).
+        print(_run_settings_line(config, dapo_options), flush=True)
+        dapo_options["num_samples"] = num_samples or config.eval_num_samples
         with tempfile.TemporaryDirectory(prefix="dapo_eval_") as exported:
             logger.info("exporting the policy of %s ...", model)
             config.training(model_path=str(export_hf_model_from_checkpoint(model, exported)), lora_rank=None)
@@ -134,6 +139,18 @@ def evaluate(
         f"({CTOR_FILE}){': it does not exist' if not model.exists() else ''}; "
         "expected e.g. runs/<run>/checkpoint_000040 or a save_pretrained directory"
     )
+
+
+def _run_settings_line(config, options: dict[str, Any]) -> str:
+    """Which settings a checkpoint's evaluation takes from its run (those not given on the command line)."""
+    taken = {
+        "num_samples": f"{config.eval_num_samples} samples per problem (--num-samples)",
+        "max_response_length": f"responses up to {config.max_response_length} tokens (--max-response-length)",
+        "temperature": f"temperature {config.eval_temperature} (--temperature)",
+        "top_p": f"top_p {config.eval_top_p} (--top-p)",
+    }
+    from_run = [line for name, line in taken.items() if options[name] is None]
+    return "settings of the checkpoint's run: " + (", ".join(from_run) or "none (all given)")
 
 
 def _evaluate_model_directory(

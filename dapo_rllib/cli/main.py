@@ -107,13 +107,21 @@ def _add_evaluate(commands) -> None:
         "--num-samples",
         type=int,
         default=None,
-        help="n, samples per problem (avg@n); default: the copies of each problem in the file (32 for AIME 2024), else the checkpoint's eval_num_samples (32)",
+        help="n, samples per problem (avg@n); default: a checkpoint's run's (eval_num_samples); for a model, the copies of each problem in the file (32 for AIME 2024), else 32",
     )
     evaluate.add_argument("--max-problems", type=int, default=None, help="evaluate the first N problems only")
     evaluate.add_argument(
-        "--temperature", type=float, default=None, help="sampling temperature (default 1.0, the paper's)"
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature (default: a checkpoint's run's eval_temperature, else 1.0, the paper's)",
     )
-    evaluate.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 0.7, the paper's)")
+    evaluate.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        help="nucleus sampling (default: a checkpoint's run's, else 0.7, the paper's)",
+    )
     evaluate.add_argument(
         "--scorer",
         default=None,
