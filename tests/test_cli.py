@@ -86,6 +86,14 @@ def test_a_run_that_fails_before_writing_leaves_no_run_directory(tmp_path):
     assert (tmp_path / "runs").is_dir() and not (tmp_path / "runs" / "bad").exists()
 
 
+def test_a_module_in_the_current_directory_imports_as_in_rays_workers(tmp_path):
+    """A scorer next to the config file (`scorer="my_scorers:judge"`) is found by the driver as by the env runners."""
+    (tmp_path / "my_scorers.py").write_text("def judge(response, ground_truth):\n    return {}\n")
+    (tmp_path / "uses_it.py").write_text("from my_scorers import judge  # noqa: F401\n")
+    code, out = rllib("train", "file", "uses_it.py", cwd=tmp_path)
+    assert code == 2 and "must define an AlgorithmConfig named `config`" in out, out[-3000:]
+
+
 def test_dapo_in_process_run_reports_and_checkpoints(dapo_run):
     out, run_dir = dapo_run["out"], dapo_run["run_dir"]
     assert "[DAPO] generation round 1:" in out and "samples scored" in out

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -219,6 +220,10 @@ def _add_plot(commands) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Modules in the current directory (a scorer, an environment) import here as they do in Ray's workers, which
+    # get the driver's current directory: the console script alone has only its own directory on sys.path.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         status = args.func(args)  # None, or a command's own exit status (doctor: 1 when a check failed)
     except (FileNotFoundError, ValueError, UnknownSettingError) as e:
