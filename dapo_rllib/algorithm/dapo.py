@@ -43,7 +43,7 @@ from transformers import AutoConfig
 from dapo_rllib.algorithm.checkpoints import refuse_another_algorithms_checkpoint
 from dapo_rllib.algorithm.connectors import GroupAdvantages, PadTokenBatch, RecomputeOldLogProbs
 from dapo_rllib.algorithm.deepspeed_learner import DAPODeepSpeedLearner, DeepSpeedLearnerGroup, DeepSpeedSettings
-from dapo_rllib.algorithm.dynamic_sampling import Group, GroupSampler, SamplingSettings
+from dapo_rllib.algorithm.dynamic_sampling import CollectSettings, Group, GroupSampler, SamplingSettings
 from dapo_rllib.algorithm.learner import DAPOTorchLearner, LearnerSettings
 from dapo_rllib.algorithm.loss import LossSettings, RolloutCorrectionSettings
 from dapo_rllib.algorithm.role_baselines import RoleBaselines
@@ -210,9 +210,7 @@ class DAPOConfig(AlgorithmConfig):
 
     @property
     def deepspeed_settings(self) -> DeepSpeedSettings:
-        return DeepSpeedSettings.from_flat(
-            self, grad_clip=self.grad_clip, grad_clip_by=self.grad_clip_by, model_dtype=self.model_dtype
-        )
+        return DeepSpeedSettings.from_config(self)
 
     @property
     def policy_model_path(self) -> str:
@@ -268,7 +266,7 @@ class DAPOConfig(AlgorithmConfig):
 
     def _validate_across_features(self) -> None:
         longest = self.sampler_settings.longest_sequence
-        check_league_config(self)
+        check_league_config(self.league_settings, LoraSettings.from_flat(self))
         require(
             self.train_batch_size_prompts % self.minibatch_size_prompts == 0,
             f"train_batch_size_prompts={self.train_batch_size_prompts} must be a multiple of minibatch_size_prompts={self.minibatch_size_prompts}",
@@ -431,7 +429,7 @@ class DAPO(Algorithm):
             lambda runner: (runner.env.new_draw_order(), runner.groups_per_request()),
             list(group.healthy_worker_ids())[:1],
         )
-        self._sampler = GroupSampler(config, self._fleet, draw_order, groups_per_request)
+        self._sampler = GroupSampler(CollectSettings.from_config(config), self._fleet, draw_order, groups_per_request)
         self._role_baselines = RoleBaselines.for_config(config)
         # The curriculum's levels, also the algorithm's (dapo_rllib.tasks.curriculum); None: the env has none.
         self._fleet.curriculum_levels = on_env_runners(
@@ -534,7 +532,7 @@ class DAPO(Algorithm):
 
     def _evaluate_before_training(self) -> None:
         logger.info("[DAPO] evaluating before the first training step ...")
-        results = heldout_results(self.config, self.eval_env_runner_group or self.env_runner_group)
+        results = heldout_results(self.config.evaluation_settings, self.eval_env_runner_group or self.env_runner_group)
         self.metrics.aggregate([as_stats(results)], key=EVAL_BEFORE_TRAINING)
         self._evaluated_before_training = True
 

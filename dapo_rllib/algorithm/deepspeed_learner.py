@@ -120,11 +120,22 @@ class DeepSpeedSettings(FeatureSettings):
     grad_clip_by: str = dataclasses.field(default="global_norm", metadata=NOT_FLAT)
     model_dtype: str = dataclasses.field(default="float32", metadata=NOT_FLAT)
 
+    @classmethod
+    def from_config(cls, config) -> DeepSpeedSettings:
+        """The settings in `config` (a `DAPOConfig`), with the config's own settings the engine's config follows."""
+        return cls.from_flat(
+            config, grad_clip=config.grad_clip, grad_clip_by=config.grad_clip_by, model_dtype=config.model_dtype
+        )
+
+    def initialize_config(self) -> dict:
+        """The config handed to `deepspeed.initialize` (`engine_config`)."""
+        return engine_config(load_deepspeed_config(self.config), grad_clip=self.grad_clip, model_dtype=self.model_dtype)
+
     def validate(self) -> None:
         if self.config is None:
             return
         try:
-            engine_config(load_deepspeed_config(self.config), grad_clip=self.grad_clip, model_dtype=self.model_dtype)
+            self.initialize_config()
         except (ValueError, OSError) as error:
             raise ValueError(f"deepspeed_config={self.config!r}: {error}") from None
         require(
@@ -163,16 +174,10 @@ class DAPODeepSpeedLearner(DAPOTorchLearner):
         self._engines = {}
         self._restoring, self._pending_shards = False, None  # see restore_from_path
         for module_id in self.module.keys():
-            config = self.config.get_config_for_module(module_id)
+            settings = DeepSpeedSettings.from_config(self.config.get_config_for_module(module_id))
             ((_, optimizer),) = self.get_optimizers_for_module(module_id)
             engine, *_ = deepspeed.initialize(
-                model=self.module[module_id].unwrapped().model,
-                optimizer=optimizer,
-                config=engine_config(
-                    load_deepspeed_config(config.deepspeed_config),
-                    grad_clip=config.grad_clip,
-                    model_dtype=config.model_dtype,
-                ),
+                model=self.module[module_id].unwrapped().model, optimizer=optimizer, config=settings.initialize_config()
             )
             self.module[module_id].unwrapped().run_forward_with(engine)
             self._engines[module_id] = engine

@@ -93,6 +93,33 @@ class SamplingSettings(FeatureSettings):
 
 
 @dataclasses.dataclass(frozen=True)
+class CollectSettings:
+    """What `GroupSampler` reads of the algorithm's config, mapped from a `DAPOConfig` in one place
+    (`from_config`), so that a setting renamed there breaks the mapping, not the sampler.
+
+    Attributes:
+        sampling: The groups a step collects, and dynamic sampling's filter.
+        max_env_error_rate: The share of a step's episodes whose environment may fail (`TurnSettings`).
+        minibatch_size_prompts, num_learners: A partial batch is cut to whole mini-batches, or to a multiple of
+            the learners (each takes whole groups).
+    """
+
+    sampling: SamplingSettings
+    max_env_error_rate: float
+    minibatch_size_prompts: int
+    num_learners: int
+
+    @classmethod
+    def from_config(cls, config) -> CollectSettings:
+        return cls(
+            sampling=config.sampling_settings,
+            max_env_error_rate=config.max_env_error_rate,
+            minibatch_size_prompts=config.minibatch_size_prompts,
+            num_learners=config.num_learners,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Group:
     """The episodes sampled for one prompt (one problem, one group id, one seed stream): the unit that
     advantages are computed over and that dynamic sampling keeps or drops whole."""
@@ -117,8 +144,8 @@ class Fleet(Protocol):
 class GroupSampler:
     """Generation rounds on `fleet` of the problems `draw_order` gives, kept as informative groups."""
 
-    def __init__(self, config, fleet: Fleet, draw_order: DrawOrder, groups_per_request: int = 1):
-        self.config = config
+    def __init__(self, settings: CollectSettings, fleet: Fleet, draw_order: DrawOrder, groups_per_request: int = 1):
+        self.settings = settings
         self._fleet = fleet
         self._draw_order = draw_order
         self._next_group_id = 0  # the next request's id (its groups' ids follow from it)
@@ -128,39 +155,43 @@ class GroupSampler:
     def collect(self, metrics: MetricsLogger) -> list[Group]:
         """Generation rounds until `train_batch_size_prompts` informative groups (or one round of
         that many prompts without dynamic sampling); their metrics go to `metrics`."""
-        cfg = self.config
+        sampling = self.settings.sampling
         kept: list[Group] = []
         generated: list[Group] = []
         rounds = 0
         metrics.log_value((Metrics.ROLLOUT, Metrics.ENV_RUNNERS_LOST), 0, reduce="sum")
-        num_prompts = cfg.gen_batch_size_prompts if cfg.dynamic_sampling else cfg.train_batch_size_prompts
-        while len(kept) < cfg.train_batch_size_prompts and rounds < cfg.max_num_gen_batches:
+        num_prompts = (
+            sampling.gen_batch_size_prompts if sampling.dynamic_sampling else sampling.train_batch_size_prompts
+        )
+        while len(kept) < sampling.train_batch_size_prompts and rounds < sampling.max_num_gen_batches:
             rounds += 1
             groups = group_episodes(self._round(num_prompts, metrics))
             generated.extend(groups)
             groups = without_broken_tasks(without_failed_environments(groups))
-            if not cfg.dynamic_sampling:
+            if not sampling.dynamic_sampling:
                 kept.extend(groups)
                 # Groups left out (a failed environment, a broken task) are replaced: draw that many more.
-                num_prompts = cfg.train_batch_size_prompts - len(kept)
+                num_prompts = sampling.train_batch_size_prompts - len(kept)
                 continue
             kept.extend(
-                informative_groups(groups, FILTER_METRICS[cfg.filter_metric], cfg.filter_band, cfg.filter_min_std)
+                informative_groups(
+                    groups, FILTER_METRICS[sampling.filter_metric], sampling.filter_band, sampling.filter_min_std
+                )
             )
             scored = sum(len(g) for g in groups)
             logger.info(
                 f"[DAPO] generation round {rounds}: {scored} samples scored, "
-                f"{len(kept)} informative groups (need {cfg.train_batch_size_prompts})"
+                f"{len(kept)} informative groups (need {sampling.train_batch_size_prompts})"
             )
 
         generation_s = metrics.peek((TIMERS, Metrics.GENERATION_S))
         tokens_per_s = metrics.peek((Metrics.ROLLOUT, Metrics.GENERATED_TOKENS)) / max(generation_s, 1e-9)
         metrics.log_value((TIMERS, Metrics.GENERATION_TOKENS_PER_S), tokens_per_s, window=1)
-        check_env_error_rate(generated, cfg.max_env_error_rate)
+        check_env_error_rate(generated, self.settings.max_env_error_rate)
         informative = len(kept)
-        if informative < cfg.train_batch_size_prompts:
+        if informative < sampling.train_batch_size_prompts:
             kept = self._partial_batch_or_raise(kept, generated, rounds)
-        kept = kept[: cfg.train_batch_size_prompts]
+        kept = kept[: sampling.train_batch_size_prompts]
         self._log_rollout_metrics(generated, informative, len(kept), rounds, metrics)
         return kept
 
@@ -194,19 +225,17 @@ class GroupSampler:
         return [ep for report in reports for ep in report.episodes]
 
     def _partial_batch_or_raise(self, kept: list[Group], generated: list[Group], rounds: int) -> list[Group]:
-        cfg = self.config
+        sampling, minibatch = self.settings.sampling, self.settings.minibatch_size_prompts
         fraction = len(kept) / max(len(generated), 1)
-        whole = (len(kept) // cfg.minibatch_size_prompts) * cfg.minibatch_size_prompts or len(kept) - len(kept) % max(
-            cfg.num_learners, 1
-        )
-        if not cfg.train_on_partial_batch or not whole:
+        whole = (len(kept) // minibatch) * minibatch or len(kept) - len(kept) % max(self.settings.num_learners, 1)
+        if not sampling.train_on_partial_batch or not whole:
             accs = [g.values(Extras.ACC).astype(bool) for g in generated]
             samples = sum(len(a) for a in accs)
             raise RuntimeError(
                 f"Dynamic sampling collected {len(kept)} of train_batch_size_prompts="
-                f"{cfg.train_batch_size_prompts} informative groups in max_num_gen_batches="
-                f"{cfg.max_num_gen_batches} generation rounds: only {fraction:.1%} of the "
-                f"{len(generated)} generated groups had a varying '{cfg.filter_metric}'. The model's accuracy "
+                f"{sampling.train_batch_size_prompts} informative groups in max_num_gen_batches="
+                f"{sampling.max_num_gen_batches} generation rounds: only {fraction:.1%} of the "
+                f"{len(generated)} generated groups had a varying '{sampling.filter_metric}'. The model's accuracy "
                 f"was {sum(a.sum() for a in accs) / max(samples, 1):.1%} over the {samples} samples "
                 f"({sum(not a.any() for a in accs)} groups all wrong, {sum(a.all() for a in accs)} all right): "
                 "the tasks are too hard for it (near 0%) or too easy (near 100%); choose tasks where it "
@@ -230,7 +259,7 @@ class GroupSampler:
             Metrics.GROUPS_GENERATED: len(generated),
             Metrics.GROUPS_KEPT: trained,
             Metrics.GROUPS_KEPT_FRACTION: informative / max(len(generated), 1),
-            Metrics.PARTIAL_BATCH: int(trained < self.config.train_batch_size_prompts),
+            Metrics.PARTIAL_BATCH: int(trained < self.settings.sampling.train_batch_size_prompts),
             Metrics.GROUPS_ALL_CORRECT_FRACTION: float(np.mean([a.min() == 1 for a in accs])),
             Metrics.GROUPS_ALL_WRONG_FRACTION: float(np.mean([a.max() == 0 for a in accs])),
             Metrics.TRUNCATION_RATIO: float(np.mean([bool(episode_value(ep, Extras.TRUNCATED)) for ep in episodes])),

@@ -24,10 +24,10 @@ from ray.rllib.utils.annotations import override
 from torch.distributed import ReduceOp
 
 from dapo_rllib.algorithm import core_algos
-from dapo_rllib.algorithm.loss import LossDenominators
+from dapo_rllib.algorithm.loss import LossDenominators, LossSettings, RolloutCorrectionSettings
 from dapo_rllib.algorithm.micro_batching import padding_fraction, plan_for_batch, take
 from dapo_rllib.columns import Columns, Metrics
-from dapo_rllib.models.lora import MergedWeights, adapter_tensors
+from dapo_rllib.models.lora import LoraSettings, MergedWeights, adapter_tensors
 from dapo_rllib.models.rl_module import response_logprobs
 from dapo_rllib.ray_private import learner_weights_seq_no
 from dapo_rllib.rollout.weight_sync import TRANSPORTS, Piece, bucket_tensors, plan_buckets
@@ -115,43 +115,104 @@ class LearnerSettings(FeatureSettings):
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class UpdateSettings:
+    """What the learner reads of the algorithm's config for one module's updates, built once from the config
+    RLlib hands it for the module (`from_config`, the one place that maps `DAPOConfig` to them), so that a
+    setting renamed there breaks the mapping, not the learner.
+
+    Attributes:
+        lr: RLlib's `lr`, the rate after the warmup.
+        learner: The optimizer's warmup and weight decay.
+        loss, correction: The policy loss, and the rollout correction of its advantages.
+        micro_batch_tokens: A micro-batch's token budget (`DAPOConfig.micro_batch_token_budget`).
+        recomputes_old_logp: Whether the batch carries the old policy's log-probs (`DAPOConfig.recomputes_old_logp`).
+        max_response_length: The loss's scale factor (the token-sum aggregations divide by it).
+        temperature: The rollout temperature the KL term's reference log-probs are taken at.
+        seed: RLlib's `seed`, of Clip-Cov's and KL-Cov's draws.
+        lora, lora_sync_path: The adapters' settings and what the weight sync sends (`DAPOConfig.lora_sync_path`);
+            both None for full fine-tuning.
+    """
+
+    lr: float
+    learner: LearnerSettings
+    loss: LossSettings
+    correction: RolloutCorrectionSettings
+    micro_batch_tokens: int
+    recomputes_old_logp: bool
+    max_response_length: int
+    temperature: float
+    seed: int
+    lora: LoraSettings | None
+    lora_sync_path: str | None
+
+    @classmethod
+    def from_config(cls, config) -> UpdateSettings:
+        return cls(
+            lr=config.lr,
+            learner=config.learner_settings,
+            loss=config.loss_settings,
+            correction=config.rollout_correction_settings,
+            micro_batch_tokens=config.micro_batch_token_budget,
+            recomputes_old_logp=config.recomputes_old_logp,
+            max_response_length=config.max_response_length,
+            temperature=config.temperature,
+            seed=config.seed or 0,
+            lora=config.lora_settings,
+            lora_sync_path=config.lora_sync_path,
+        )
+
+
 class DAPOTorchLearner(TorchLearner):
     @override(TorchLearner)
     def build(self) -> None:
+        self._update_settings: dict = {}  # {module id: UpdateSettings}; the optimizers RLlib builds next read them
         super().build()
         self._num_training_steps = 0
         self._minibatch_index = 0
         self._ref_models = {}
-        if self.config.loss_settings.kl_coef > 0 and self.config.lora_settings is None:
-            # A frozen copy of the initial policy for the KL term (with LoRA the base model is
-            # that policy: the adapters are switched off instead, see `reference_logprobs`).
-            for mid in self.module.keys():
+        for mid in self.module.keys():
+            settings = self.update_settings(mid)
+            if settings.loss.kl_coef > 0 and settings.lora is None:
+                # A frozen copy of the initial policy for the KL term (with LoRA the base model is
+                # that policy: the adapters are switched off instead, see `reference_logprobs`).
                 ref = copy.deepcopy(self.module[mid].unwrapped().model).eval()
                 ref.requires_grad_(False)
                 self._ref_models[mid] = ref
+
+    def update_settings(self, module_id) -> UpdateSettings:
+        """The settings of `module_id`'s updates, built from its config (RLlib's, with any per-module
+        overrides) the first time they are asked for."""
+        if module_id not in self._update_settings:
+            self._update_settings[module_id] = UpdateSettings.from_config(self.config.get_config_for_module(module_id))
+        return self._update_settings[module_id]
 
     # ----- optimizer and schedule ----------------------------------------------------------
     @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id, config=None):
         params = [p for p in self.get_parameters(self.module[module_id]) if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.999))
+        settings = self.update_settings(module_id)
+        optimizer = torch.optim.AdamW(
+            params, lr=settings.lr, weight_decay=settings.learner.weight_decay, betas=(0.9, 0.999)
+        )
         self.register_optimizer(module_id=module_id, optimizer=optimizer, params=params, lr_or_lr_schedule=None)
 
-    def scheduled_lr(self, config) -> float:
+    def scheduled_lr(self, settings: UpdateSettings) -> float:
         """Linear warmup over `lr_warmup_steps` training steps, then constant.
 
         Step k (0-based) uses lr * (k + 1) / warmup, so the very first step already learns.
         """
-        if config.lr_warmup_steps <= 0:
-            return config.lr
-        return config.lr * min(1.0, (self._num_training_steps + 1) / config.lr_warmup_steps)
+        warmup = settings.learner.lr_warmup_steps
+        if warmup <= 0:
+            return settings.lr
+        return settings.lr * min(1.0, (self._num_training_steps + 1) / warmup)
 
     @override(TorchLearner)
     def before_gradient_based_update(self, *, timesteps):
         super().before_gradient_based_update(timesteps=timesteps)
         self._minibatch_index = 0  # of this training step's optimizer steps (seeds Clip-Cov's draw)
         for module_id in self.module.keys():
-            lr = self.scheduled_lr(self.config.get_config_for_module(module_id))
+            lr = self.scheduled_lr(self.update_settings(module_id))
             for _, optimizer in self.get_optimizers_for_module(module_id):
                 for group in optimizer.param_groups:
                     group["lr"] = lr
@@ -184,24 +245,24 @@ class DAPOTorchLearner(TorchLearner):
 
     def _accumulate_gradients(self, module_id, batch: dict) -> torch.Tensor:
         """Forward and backward of every micro-batch; returns the mini-batch's (global) loss."""
-        config = self.config.get_config_for_module(module_id)
+        settings = self.update_settings(module_id)
         module = self.module[module_id].unwrapped()
         mask = batch[Columns.LOSS_MASK]
         denominators = LossDenominators(
             num_tokens=self.all_reduce(mask.sum()).clamp_min(1),
             num_seqs=self.all_reduce((mask.sum(-1) > 0).sum().float()).clamp_min(1),
         )
-        loss_settings = config.loss_settings
+        loss_settings = settings.loss
         if loss_settings.covariance_selection is not None:  # before the cut: a selection of the whole mini-batch
-            batch = batch | {Columns.COV_SELECTED: self.covariance_selection(config, batch)}
-        plan = plan_for_batch(batch, config.micro_batch_token_budget)
+            batch = batch | {Columns.COV_SELECTED: self.covariance_selection(settings, batch)}
+        plan = plan_for_batch(batch, settings.micro_batch_tokens)
         sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         maxima: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         passes = self.num_forward_passes(len(plan))
         for i in range(passes):
             # Passes past this learner's own micro-batches repeat its last one with no weight.
             piece = take(batch, plan[min(i, len(plan) - 1)])
-            loss, metrics = self.micro_batch_loss(module_id, config, piece, module.forward_train(piece), denominators)
+            loss, metrics = self.micro_batch_loss(module_id, settings, piece, module.forward_train(piece), denominators)
             self.backward(module_id, loss if i < len(plan) else loss * 0.0, last=i == passes - 1)
             if i >= len(plan):
                 continue
@@ -234,19 +295,19 @@ class DAPOTorchLearner(TorchLearner):
             return module.forward_train(batch)[Columns.LOGP]
 
     def micro_batch_loss(
-        self, module_id, config, batch, fwd_out, denominators: LossDenominators | None
+        self, module_id, settings: UpdateSettings, batch, fwd_out, denominators: LossDenominators | None
     ) -> tuple[torch.Tensor, dict]:
         """The loss of `batch` and its metrics: loss terms as they are, the rest as means over
         `batch`'s loss tokens. The loss divides by `denominators`, or by `batch`'s own counts when
         None (a mini-batch in one piece)."""
         mask = batch[Columns.LOSS_MASK]
-        loss_settings, correction = config.loss_settings, config.rollout_correction_settings
+        loss_settings, correction = settings.loss, settings.correction
         num_tokens, num_seqs = (
             (denominators.num_tokens, denominators.num_seqs) if denominators is not None else (None, None)
         )
         logp = fwd_out[Columns.LOGP]
         # One optimizer step per batch: the old policy is the current one (ratio 1), no recompute.
-        old_logp = batch[Columns.OLD_LOGP] if config.recomputes_old_logp else logp.detach()
+        old_logp = batch[Columns.OLD_LOGP] if settings.recomputes_old_logp else logp.detach()
         rollout_logp = batch.get(Columns.ROLLOUT_LOGP)
         if rollout_logp is None and correction.correction is not None:
             raise ValueError(
@@ -271,7 +332,7 @@ class DAPOTorchLearner(TorchLearner):
         if loss_settings.covariance_selection is not None:  # Clip-Cov / KL-Cov
             selected = batch.get(Columns.COV_SELECTED)
             if selected is None:  # a mini-batch in one piece (RLlib's compute_loss_for_module)
-                selected = self.covariance_selection(config, batch)
+                selected = self.covariance_selection(settings, batch)
             extras = {"selected": selected, "kl_cov_coef": loss_settings.kl_cov_coef}
         loss, metrics = core_algos.policy_loss_fn(loss_settings.policy_loss)(
             logp,
@@ -284,13 +345,13 @@ class DAPOTorchLearner(TorchLearner):
             loss_agg_mode=loss_settings.loss_agg_mode,
             num_tokens=num_tokens,
             num_seqs=num_seqs,
-            loss_scale_factor=config.max_response_length,
+            loss_scale_factor=settings.max_response_length,
             **extras,
         )
         metrics |= rollout_metrics | correction_metrics
         metrics[Metrics.POLICY_LOSS] = loss.detach()
         if loss_settings.kl_coef > 0:
-            ref_logp = self.reference_logprobs(module_id, batch, config.temperature)
+            ref_logp = self.reference_logprobs(module_id, batch, settings.temperature)
             kl = core_algos.kl_penalty(logp, ref_logp, kind=loss_settings.kl_penalty)
             kl_loss = core_algos.agg_loss(
                 kl,
@@ -298,7 +359,7 @@ class DAPOTorchLearner(TorchLearner):
                 loss_settings.loss_agg_mode,
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
-                loss_scale_factor=config.max_response_length,
+                loss_scale_factor=settings.max_response_length,
             )
             loss = loss + loss_settings.kl_coef * kl_loss
             metrics[Metrics.KL_LOSS] = kl_loss.detach()
@@ -306,7 +367,7 @@ class DAPOTorchLearner(TorchLearner):
         metrics[Metrics.MEAN_TOKEN_PROB] = core_algos.masked_mean(logp.detach().exp(), mask)
         return loss, metrics
 
-    def covariance_selection(self, config, batch: dict) -> torch.Tensor:
+    def covariance_selection(self, settings: UpdateSettings, batch: dict) -> torch.Tensor:
         """Clip-Cov's / KL-Cov's tokens (`core_algos.covariance_token_selection`) of the mini-batch
         `batch` is this learner's share of: the covariance's means, the top-k and the random draw
         run over every learner's loss tokens (gathered in rank order), so the selection is the
@@ -315,16 +376,16 @@ class DAPOTorchLearner(TorchLearner):
         sampling one, up to the rollout mismatch). The draw is seeded by the config's seed, the
         training step and the mini-batch, so a resumed run draws the same tokens."""
         mask = batch[Columns.LOSS_MASK].bool()
-        column = Columns.OLD_LOGP if config.recomputes_old_logp else Columns.ROLLOUT_LOGP
+        column = Columns.OLD_LOGP if settings.recomputes_old_logp else Columns.ROLLOUT_LOGP
         if column not in batch:
             raise ValueError(
-                f"policy_loss={config.policy_loss!r} selects tokens by the covariance of their advantages and "
+                f"policy_loss={settings.loss.policy_loss!r} selects tokens by the covariance of their advantages and "
                 f"log-probs before the forward pass: the batch has no {column!r} column"
             )
         advantages, offset = self.all_gather_tokens(batch[Columns.ADVANTAGES][mask].float())
         log_probs, _ = self.all_gather_tokens(batch[column][mask].float())
-        seed = hash((config.seed or 0, self._num_training_steps, self._minibatch_index)) % 2**63
-        chosen = config.loss_settings.covariance_selection.select(
+        seed = hash((settings.seed, self._num_training_steps, self._minibatch_index)) % 2**63
+        chosen = settings.loss.covariance_selection.select(
             advantages,
             log_probs,
             torch.ones_like(advantages, dtype=torch.bool),
@@ -336,8 +397,9 @@ class DAPOTorchLearner(TorchLearner):
 
     @override(TorchLearner)
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
-        """RLlib's hook: the loss of `batch` in one piece (DAPO's update calls `micro_batch_loss`)."""
-        return self.micro_batch_loss(module_id, config, batch, fwd_out, None)[0]
+        """RLlib's hook: the loss of `batch` in one piece (DAPO's update calls `micro_batch_loss`), by the
+        module's settings (`config` is the module's config they were built from)."""
+        return self.micro_batch_loss(module_id, self.update_settings(module_id), batch, fwd_out, None)[0]
 
     # ----- distributed pieces (overridden by the DeepSpeed learner) ------------------------
     @staticmethod
@@ -429,9 +491,9 @@ class DAPOTorchLearner(TorchLearner):
 
     def _synced_weights(self) -> Mapping[str, torch.Tensor]:
         """What the weight sync sends: every parameter; with LoRA the adapters only, or the weights with
-        the adapters merged in (`DAPOConfig.lora_sync_path`, `dapo_rllib.models.lora`)."""
+        the adapters merged in (`UpdateSettings.lora_sync_path`, `dapo_rllib.models.lora`)."""
         model = self.module[DEFAULT_MODULE_ID].unwrapped().model
-        path = self.config.lora_sync_path
+        path = self.update_settings(DEFAULT_MODULE_ID).lora_sync_path
         if path == "adapter":
             return adapter_tensors(model)
         if path == "merged":

@@ -16,6 +16,7 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from dapo_rllib.algorithm import core_algos
 from dapo_rllib.algorithm.connectors import episode_value
+from dapo_rllib.algorithm.loss import LossSettings
 from dapo_rllib.columns import DEFAULT_ROLE, CustomData, Extras, Metrics
 
 ROLE_BASELINES_STATE = "role_baselines"
@@ -37,7 +38,8 @@ class RoleBaselines:
 
     @classmethod
     def for_config(cls, config) -> RoleBaselines:
-        return cls(config.rae_decay, core_algos.wants_baselines(config.adv_estimator))
+        loss = LossSettings.from_flat(config)
+        return cls(loss.rae_decay, core_algos.wants_baselines(loss.adv_estimator))
 
     def assign(self, groups, metrics: MetricsLogger) -> None:
         """Give each episode of `groups` (one step's, in training order) its role's baseline, then move

@@ -21,7 +21,7 @@ from dapo_rllib.rollout.env_runner_group import (
     sample_on_env_runners,
 )
 from dapo_rllib.rollout.matchups import LeagueDraw
-from dapo_rllib.rollout.weight_sync import stream_weights
+from dapo_rllib.rollout.weight_sync import WeightSyncSettings, stream_weights
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class RunnerFleet:
     Args:
         env_runner_group: The training runners; `eval_env_runner_group`: the evaluation runners, if any.
         learner_group: The learners whose weights every engine must hold before it samples.
-        config: The algorithm's config (restart and weight-sync settings).
+        config: The algorithm's config (RLlib's restart settings, and the weight sync's).
         learner_lock: Held while the learners update or send weights: async_rollout's generation thread
             may have to bring a restarted runner up to date in the middle of an update.
     """
@@ -40,6 +40,7 @@ class RunnerFleet:
     def __init__(self, env_runner_group, eval_env_runner_group, learner_group, config, learner_lock: threading.Lock):
         self.env_runner_group, self.eval_env_runner_group = env_runner_group, eval_env_runner_group
         self.learner_group, self.config, self.learner_lock = learner_group, config, learner_lock
+        self.weight_sync = WeightSyncSettings.from_flat(config)
         self._restored_since_read = 0  # runners brought back since `pop_restored_count`
         self.curriculum_levels: dict[str, int] | None = None  # the algorithm's; a restarted runner gets them
         # The league every engine serves (`serve_league`): its draw and its snapshots' adapters, by name.
@@ -105,7 +106,7 @@ class RunnerFleet:
         else:
             targets = [(group or self.env_runner_group, env_runner_ids)]
         with self.learner_lock:
-            return stream_weights(self.learner_group, targets, self.config.weight_sync_settings.bucket_bytes)
+            return stream_weights(self.learner_group, targets, self.weight_sync.bucket_bytes)
 
     # ----- the league (dapo_rllib.algorithm.self_play.league) ----------------------------------------------
     def policy_adapter(self) -> dict[str, np.ndarray]:

@@ -82,20 +82,21 @@ def evaluate_heldout(algorithm, eval_env_runner_group) -> tuple[dict, int, int]:
     Runs on the evaluation env runners if there are any, else on the training ones (which hold
     the learner's weights: DAPO syncs them after every update).
     """
-    results = heldout_results(algorithm.config, eval_env_runner_group or algorithm.env_runner_group)
+    settings = EvaluationSettings.from_flat(algorithm.config)
+    results = heldout_results(settings, eval_env_runner_group or algorithm.env_runner_group)
     # Evaluate() reads results back as merged stats, the way eval env runners report theirs.
     algorithm.metrics.aggregate([as_stats(results)], key=EVALUATION_RESULTS)
     num_samples = results[ENV_RUNNER_RESULTS][NUM_ENV_STEPS_SAMPLED]
     return results, num_samples, num_samples
 
 
-def heldout_results(config, group) -> dict[str, Any]:
+def heldout_results(settings: EvaluationSettings, group) -> dict[str, Any]:
     """{data source: avg@n, pass@k, maj@n, ...} on the validation env, over `group`'s runners."""
     start = time.perf_counter()
     # Each runner holds a shard of the problems: one that does not answer must not shrink the set.
     shards = on_env_runners(
         group,
-        lambda runner: runner.evaluate(num_samples=config.eval_num_samples, max_problems=config.eval_max_problems),
+        lambda runner: runner.evaluate(num_samples=settings.eval_num_samples, max_problems=settings.eval_max_problems),
     )
     problems = sorted((record for shard in shards for record in shard), key=lambda r: r.problem_index)
     results: dict[str, Any] = eval_metrics.summarize(problems, elo_anchor=RANDOM_SCRIPT)

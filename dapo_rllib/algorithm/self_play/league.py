@@ -26,6 +26,7 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 from dapo_rllib.algorithm.connectors import episode_value
 from dapo_rllib.algorithm.self_play.pfsp import OPPONENT_SAMPLING, opponent_probabilities
 from dapo_rllib.columns import Extras, Metrics, Outcome
+from dapo_rllib.models.lora import LoraSettings
 from dapo_rllib.rollout.matchups import LeagueDraw
 from dapo_rllib.settings import FeatureSettings, is_positive_int, require
 
@@ -69,12 +70,13 @@ class LeagueSettings(FeatureSettings):
         require(self.pfsp_exponent > 0, f"league_pfsp_exponent={self.pfsp_exponent} must be > 0")
 
 
-def check_league_config(config) -> None:
-    """A league's needs across features: its snapshots are adapters beside the trained policy's."""
+def check_league_config(league: LeagueSettings, lora: LoraSettings) -> None:
+    """A league's needs across features: its snapshots are adapters beside the trained policy's (`lora`: the
+    LoRA settings as set, rank None for full fine-tuning)."""
     require(
-        config.league_size == 0 or (config.lora_rank is not None and config.lora_sync == "adapter"),
-        f"league_size={config.league_size} serves its snapshots as LoRA adapters beside the trained policy's: set "
-        f"lora_rank and lora_sync='adapter' (lora_rank={config.lora_rank}, lora_sync={config.lora_sync!r}); with "
+        league.size == 0 or (lora.rank is not None and lora.sync == "adapter"),
+        f"league_size={league.size} serves its snapshots as LoRA adapters beside the trained policy's: set "
+        f"lora_rank and lora_sync='adapter' (lora_rank={lora.rank}, lora_sync={lora.sync!r}); with "
         "full fine-tuning a snapshot would be a copy of the whole model in every engine",
     )
 
