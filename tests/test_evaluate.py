@@ -19,6 +19,7 @@ from dapo_rllib.reporting.tables import format_table
 
 AIME = Path(__file__).resolve().parents[2] / "shared" / "data" / "aime-2024.parquet"
 RLLIB = str(Path(sys.executable).with_name("rllib"))
+TESTS = Path(__file__).resolve().parent  # where naive_scorers.py is
 NUM_PROBLEMS = 3
 COPIES = 32
 
@@ -219,6 +220,16 @@ def test_a_scorer_that_hangs_is_cut_off_and_counted(tiny_model_path, arithmetic_
     assert metrics["scoring_timeouts"] == metrics["num_samples"] == 4
     assert metrics["avg@2"] == 0.0
     assert [p["scoring_timeouts"] for p in report["problems"]] == [2, 2]
+
+
+def test_the_command_names_a_chosen_scorer_under_its_table(tiny_model_path, arithmetic_file, tmp_path):
+    """The table's rows are data sources ("arithmetic"): a scorer of the user's, imported from the directory the
+    command runs in, is named under it, not taken for the source's own."""
+    args = ["--num-samples", "2", "--max-problems", "2", "--max-response-length", "16", "--out", tmp_path / "r.json"]
+    scorer = "naive_scorers:process_id"
+    code, out = rllib("evaluate", tiny_model_path, "--data", arithmetic_file, "--scorer", scorer, *args, cwd=TESTS)
+    assert code == 0, out[-4000:]
+    assert f"scored by '{scorer}'; the table's rows are the problems' data sources (arithmetic)" in out
 
 
 def test_format_table_aligns_columns_and_formats_numbers():

@@ -223,6 +223,7 @@ def _evaluate_dapo(config, model: Path, *, out, data, num_samples, **options) ->
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False))
     print_table(metrics)
+    _print_scorer(settings["scorer"], metrics)
     _print_caveats(records, prompts_truncated, config.max_prompt_length)
     print(f"\nresults (every number, per problem too): {out}", flush=True)
     return report
@@ -285,6 +286,17 @@ def _settings_report(config, model: Path, data) -> dict[str, Any]:
         "score_timeout_s": config.evaluation_env_config().get("score_timeout_s"),
         "seed": config.seed,
     }
+
+
+def _print_scorer(choice, metrics: dict[str, Any]) -> None:
+    """A scorer the user chose, named under the table: its rows are named after the problems' data_source (the
+    rows' field, `math_dapo` unless `rllib data convert --data-source` named it), which reads like a scorer's."""
+    if choice is not None:
+        print(
+            f"\nscored by {choice!r}; the table's rows are the problems' data sources ({', '.join(metrics)}), "
+            "which rllib data convert --data-source NAME sets",
+            flush=True,
+        )
 
 
 def _print_caveats(records: list[EvalRecord], prompts_truncated: int, max_prompt_length: int) -> None:
