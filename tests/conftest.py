@@ -14,12 +14,14 @@ import ctypes
 import gc
 import logging
 import os
+import types
 
 import pytest
 
 import dapo_rllib  # noqa: F401  (sets vLLM's environment defaults before any test imports vLLM)
 from dapo_rllib.console import LOGGER_NAME
 from dapo_rllib.models.tiny import RECIPE_SET_ENV
+from tests.support.doc_examples import doc_example, example_module
 
 os.environ.setdefault(RECIPE_SET_ENV, "test")
 
@@ -210,6 +212,15 @@ def restore_registries():
         table.update(before)
 
 
+@pytest.fixture(scope="module")
+def guess_number_example() -> types.ModuleType:
+    """The multi-turn example of docs/guides/multi-turn.md, executed as a module of its own: it registers the
+    "guess_number" environment that `tests.support.runs.guess_config` trains on (the multi-turn and the real
+    model's tests)."""
+    with example_module(doc_example("guess_number.py"), "docs_guess_number", by_value=True) as module:
+        yield module
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray
@@ -219,7 +230,7 @@ def ray_session():
     ray.shutdown()
 
 
-# The sandbox containment report: tests/test_sandbox.py adds rows, printed at the end.
+# The sandbox containment report: tests/tasks/test_sandbox.py adds rows, printed at the end.
 _CONTAINMENT_REPORT = pytest.StashKey[dict]()
 
 

@@ -1,6 +1,7 @@
 """The package's shape, checked from its source: no import cycle between modules or between subpackages,
 imports one way between its sides, no function-local import of a project module, and small modules and
-functions."""
+functions. And the suite's: each test file in the folder of the subpackage it tests, helpers shared through
+tests.support only."""
 
 import ast
 from pathlib import Path
@@ -243,3 +244,75 @@ def test_typed_settings_sides_read_no_dapo_setting_off_the_config():
         "read the side's typed settings (built once by its `from_config`), not DAPOConfig's attributes:\n"
         + "\n".join(direct)
     )
+
+
+# --- the suite's layout: the tests of a module are found by its path ------------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+SUPPORT = TESTS / "support"
+TEST_FILES = sorted(TESTS.rglob("test_*.py"))
+# The names a file of the suite is imported by when it is not imported as `tests.support.<module>`: pytest puts
+# each test folder on sys.path (no __init__.py in them), so `import test_learner` or `from rllib_command import`
+# finds another file of the suite.
+SUITE_MODULES = {path.stem for path in TESTS.rglob("*.py")} - {"__init__"}
+
+
+def _mirrors_a_package(folder: Path) -> bool:
+    """Whether `folder` (under tests/) is the suite's own (tests/ itself) or that of a real package folder:
+    dapo_rllib/<folder>/ or envs/."""
+    if folder == Path("."):
+        return True
+    base = PACKAGE.parent if folder.parts[0] == "envs" else PACKAGE
+    return (base / folder / "__init__.py").is_file()
+
+
+def test_each_test_file_is_in_the_folder_of_the_subpackage_it_tests():
+    assert len(TEST_FILES) > 50 and (TESTS / "algorithm" / "test_learner.py") in TEST_FILES  # the walk sees them
+    folders = {
+        path.relative_to(TESTS)
+        for path in TESTS.rglob("*")
+        if path.is_dir() and path != SUPPORT and SUPPORT not in path.parents and "__pycache__" not in path.parts
+    }
+    stray = sorted(str(folder) for folder in folders if not _mirrors_a_package(folder))
+    assert not stray, f"test folders that mirror no dapo_rllib/<subpackage>/ or envs/: {stray}"
+    assert not [path for path in TEST_FILES if SUPPORT in path.parents], "tests/support/ holds helpers, not tests"
+    # pytest imports a test file by its basename: two of one name in different folders would collide.
+    names = [path.name for path in TEST_FILES]
+    assert len(names) == len(set(names)), sorted(name for name in names if names.count(name) > 1)
+
+
+def _suite_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import in `path` of another file of the suite but through tests.support."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from tests import support` imports tests.support; `from tests.support import runs`, tests.support.runs.
+            names = [f"{node.module}.{alias.name}" for alias in node.names] if node.module == "tests" else [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.partition(".")[0]
+            through_support = name == "tests.support" or name.startswith("tests.support.")
+            if (top == "tests" and not through_support) or top in SUITE_MODULES:
+                found.append((node.lineno, name))
+    return found
+
+
+def test_the_import_check_finds_a_test_file_imported_by_another(tmp_path):
+    source = tmp_path / "test_example.py"
+    source.write_text(
+        "import numpy\nimport naive_scorers\nfrom test_learner import update\nfrom tests.test_config import ROOT\n"
+        "from tests import support\nfrom tests.support.runs import tiny_config\n"
+        "from dapo_rllib.columns import Columns\n"
+    )
+    assert _suite_imports(source) == [(2, "naive_scorers"), (3, "test_learner"), (4, "tests.test_config")]
+
+
+def test_test_files_import_helpers_from_tests_support_only():
+    files = sorted(TESTS.rglob("*.py"))
+    found = [
+        f"{path.relative_to(TESTS)}:{line} imports {name}" for path in files for line, name in _suite_imports(path)
+    ]
+    assert not found, "import the helpers from tests.support (move a shared one there):\n" + "\n".join(found)

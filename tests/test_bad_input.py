@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from dapo_rllib.tasks.data import load_math_dataset
+from tests.support.paths import CONFIGS
 
 USER = "user"
 GOOD_PROMPT = [{"role": USER, "content": "What is 1 + 1?"}]
@@ -730,9 +731,6 @@ def test_train_restore_refuses(ppo_checkpoint, tmp_path, restore, error, pattern
     assert not (tmp_path / "runs").exists()
 
 
-CONFIGS = Path(__file__).resolve().parent / "configs"
-
-
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -755,7 +753,7 @@ CONFIGS = Path(__file__).resolve().parent / "configs"
     ],
 )
 def test_the_rllib_command_exits_2_with_a_clear_error(tmp_path, monkeypatch, capsys, args, message):
-    """`rllib ...` as its entry point runs it (tests/test_cli.py runs the command itself), in this process."""
+    """`rllib ...` as its entry point runs it (tests/cli/test_cli.py runs the command itself), in this process."""
     from dapo_rllib.cli.main import main
 
     monkeypatch.chdir(tmp_path)

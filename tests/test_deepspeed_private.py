@@ -6,7 +6,7 @@ import os
 import pytest
 
 from dapo_rllib.deepspeed_private import DEEPSPEED_VERSION, PRIVATE_MEMBERS, SHARED_MEMORY_COMM_OP
-from tests.private_members import is_present
+from tests.support.private_members import is_present
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before DeepSpeed is imported, as the learner sets it
 deepspeed = pytest.importorskip("deepspeed")

@@ -1,8 +1,8 @@
-"""Every complete example of the docs runs as written (tests/doc_examples.py says which blocks those are).
+"""Every complete example of the docs runs as written (tests/support/doc_examples.py says which blocks those are).
 
 Each runs as a module of its own; one that defines `config` must pass `config.validate()`. The
-examples that need Ray and vLLM to show their worth run further in tests/test_custom_task.py
-(reverse_word.py) and tests/test_multi_turn.py (guess_number.py). None starts Ray here.
+examples that need Ray and vLLM to show their worth run further in tests/tasks/test_custom_task.py
+(reverse_word.py) and tests/rollout/test_multi_turn.py (guess_number.py). None starts Ray here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from dapo_rllib.algorithm.core_algos import policy_loss_fn
 from dapo_rllib.models.packaged import PACKAGED_MODELS
-from tests.doc_examples import (
+from tests.support.doc_examples import (
     DOCS,
     DocExample,
     doc_example,

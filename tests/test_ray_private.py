@@ -4,7 +4,7 @@ import pytest
 import ray
 
 from dapo_rllib.ray_private import PRIVATE_MEMBERS, RAY_VERSION
-from tests.private_members import is_present
+from tests.support.private_members import is_present
 
 
 @pytest.mark.parametrize("member", PRIVATE_MEMBERS, ids=lambda m: f"{m.owner}.{m.name}")

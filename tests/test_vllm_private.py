@@ -11,7 +11,7 @@ import vllm
 
 from dapo_rllib.models.lora import VLLM_MAX_LORA_RANKS
 from dapo_rllib.vllm_private import PRIVATE_MEMBERS, RELOAD_FAILED_MESSAGE, VLLM_VERSION
-from tests.private_members import is_present
+from tests.support.private_members import is_present
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dapo_rllib"
 

