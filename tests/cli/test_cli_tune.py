@@ -8,6 +8,8 @@ import pytest
 
 from tests.support.rllib_command import FAST_EVAL, PPO, SWEEP, TENSORBOARD_TAGS, run_ok, scalar_tags
 
+pytestmark = pytest.mark.engine  # each test starts Ray in an `rllib` process
+
 
 @pytest.fixture(scope="module")
 def sweep_run(tiny_model_path, tmp_path_factory):
@@ -33,14 +35,6 @@ def sweep_run(tiny_model_path, tmp_path_factory):
     return dict(out=out, run_dir=work / "runs" / "sweep")
 
 
-def test_ppo_cartpole_trains_in_process_and_checkpoints(tmp_path):
-    out = run_ok("train", "file", PPO, "--no-tune", "--name", "ppo", "--num-cpus", "2", cwd=tmp_path)
-    assert "iter   2 | return" in out
-    assert (tmp_path / "runs" / "ppo" / "checkpoint_000002" / "rllib_checkpoint.json").is_file()
-    trials = json.loads((tmp_path / "runs" / "ppo" / "trials.json").read_text())
-    assert trials[0]["iterations"] == 2 and trials[0]["last"]["env_runners/episode_return_mean"] > 0
-
-
 def test_ppo_cartpole_trains_as_a_tune_experiment(tmp_path):
     out = run_ok(
         "train", "file", PPO, "--stop", '{"training_iteration": 1}', "--name", "ppo", "--num-cpus", "2", cwd=tmp_path
@@ -50,8 +44,9 @@ def test_ppo_cartpole_trains_as_a_tune_experiment(tmp_path):
     assert len(checkpoints) == 1, out[-3000:]
 
 
-def test_a_storage_uri_receives_checkpoints_and_the_trial_table_and_resumes(tmp_path):
-    # file:// stands in for s3:// or gs://: the same pyarrow filesystem path, no credentials.
+def test_ppo_cartpole_trains_in_process_into_a_storage_uri_and_resumes_from_it(tmp_path):
+    # file:// stands in for s3:// or gs://: the same pyarrow filesystem path, no credentials. One in-process run
+    # (--no-tune) of iteration 1, then its restore for iteration 2: what a run without a storage URI checks too.
     store = tmp_path / "store"
     out = run_ok(
         "train",
@@ -89,7 +84,10 @@ def test_a_storage_uri_receives_checkpoints_and_the_trial_table_and_resumes(tmp_
         f"file://{store}/ppo/checkpoint_000001",
         cwd=tmp_path,
     )
-    assert "at iteration 1" in out and (store / "ppo2" / "checkpoint_000002").is_dir()
+    assert "at iteration 1" in out and "iter   2 | return" in out
+    assert (store / "ppo2" / "checkpoint_000002" / "rllib_checkpoint.json").is_file()
+    trials = json.loads((store / "ppo2" / "trials.json").read_text())
+    assert trials[0]["iterations"] == 2 and trials[0]["last"]["env_runners/episode_return_mean"] > 0
 
 
 def test_sweep_runs_every_grid_point_and_prints_the_trial_table(sweep_run):
