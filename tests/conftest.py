@@ -87,8 +87,8 @@ def tiny_tool_model_path(request):
 
 
 # The fixtures that start Ray or load a model: a test that uses one, directly or through another fixture, is
-# marked `engine`, as is every test of a module that says `pytestmark = pytest.mark.engine` (it starts Ray, an
-# engine or a model itself). `pytest -m "not engine"` runs the rest, the developer's inner loop.
+# marked `engine`, as is a test (or every test of a module) marked so by hand: it starts Ray, an engine, a model
+# or an environment server itself. `pytest -m "not engine"` runs the rest, the developer's inner loop.
 _ENGINE_FIXTURES = frozenset(
     {"ray_session", "tiny_model_path", "tiny_code_model_path", "tiny_tool_model_path", "smollm2_path"}
 )

@@ -615,6 +615,7 @@ def test_a_model_source_that_is_none_is_named_with_what_was_expected(tmp_path, m
     )
 
 
+@pytest.mark.engine  # converts a GGUF model
 def test_a_truncated_gguf_file_or_an_architecture_transformers_cannot_load(tmp_path, monkeypatch):
     from gguf import GGUFWriter
 

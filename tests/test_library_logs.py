@@ -212,6 +212,7 @@ def _run(**env_changes) -> str:
     return out.stdout + out.stderr
 
 
+@pytest.mark.engine  # starts a vLLM engine
 @pytest.mark.parametrize(
     "env, hidden",
     [

@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
+
 from tests.support.rllib_command import CODE, ONE_ROUND, TOOL, rllib, run_ok, scalar_tags
+
+pytestmark = pytest.mark.engine  # each test runs an `rllib` process with a model
 
 
 def test_code_example_trains_on_sandboxed_rewards(tiny_code_model_path, tmp_path):

@@ -29,6 +29,8 @@ from envs.openenv_servers.guess_number import GuessNumberAdapter, GuessObservati
 from envs.openenv_servers.session import REQUEST_TIMEOUT
 from tests.support.runs import SMALL_MULTI_TURN_STEPS, tiny_config
 
+pytestmark = pytest.mark.engine  # the tests start environment server processes
+
 RULES = (
     "I am thinking of a whole number from 1 to 10. Guess it: write your guess in square brackets, for example [5]. "
     "After each guess I tell you whether my number is higher or lower."

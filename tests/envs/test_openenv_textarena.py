@@ -14,6 +14,8 @@ from envs.openenv_env import OpenEnvEnv
 from envs.openenv_servers.textarena_game import create_textarena_app
 from envs.textarena_env import TextArenaEnv
 
+pytestmark = pytest.mark.engine  # the tests start environment server processes
+
 GAME = "GuessTheNumber-v0"
 OPTIONS = {"min_number": 1, "max_number": 10, "max_turns": 4}
 ADAPTER = "envs.openenv_servers.textarena_game:TextArenaGameAdapter"

@@ -180,6 +180,7 @@ def test_the_default_models_are_the_shipped_ones(tiny_model_path, tiny_code_mode
     assert (held_out["problems"], held_out["samples"]) == (193, 4)  # the whole arithmetic test split
 
 
+@pytest.mark.engine  # builds a model
 def test_processes_that_need_the_same_model_at_once_build_it_once(tmp_path):
     """Two processes ask for the same missing model while its build lock is held (as by `make test`'s builder):
     both wait; then one builds it and the other finds it built."""
