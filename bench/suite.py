@@ -92,11 +92,15 @@ def run_suite(workers: int, tests: list[str], smoke: bool) -> dict:
         suite = subprocess.Popen(command + tests, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sampler = MemorySampler(psutil.Process(suite.pid))
         sampler.start()
-        output = suite.communicate()[0]
+        lines = []
+        for line in suite.stdout:  # pytest's progress, as it comes
+            print(line, end="", flush=True)
+            lines.append(line)
+        suite.wait()
+        output = "".join(lines)
         wall = time.monotonic() - start
         sampler.done.set()
         sampler.join()
-        print(output[-3000:], flush=True)
         return {
             "command": " ".join(["python -m pytest", *command[3:], *tests]).replace(str(report), "FILE"),
             "workers": workers,
