@@ -1,6 +1,6 @@
 """The test suite as a benchmark: its wall time, peak memory, line coverage and slowest tests.
 
-    python bench/suite.py [--workers N] [--label NAME] [--smoke]
+    python bench/suite.py [--workers N] [--label NAME] [--durations N] [--smoke]
 
 Runs the suite as `make test` does (pytest-xdist, a test file to a worker at a time), with pytest-cov measuring
 the line coverage of `dapo_rllib/` and `envs/` in the test processes (not in Ray's worker processes, which the
@@ -81,11 +81,11 @@ def coverage(report: Path) -> dict:
     return percent | {"total": round(data["totals"]["percent_covered"], 2)}
 
 
-def run_suite(workers: int, tests: list[str], smoke: bool) -> dict:
+def run_suite(workers: int, tests: list[str], smoke: bool, durations: int) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "coverage.json"
         command = [sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadfile"]
-        command += ["--durations=10", *(f"--cov={name}" for name in COVERED), f"--cov-report=json:{report}"]
+        command += [f"--durations={durations}", *(f"--cov={name}" for name in COVERED), f"--cov-report=json:{report}"]
         command += ["-m", "not engine"] if smoke else []
         print(f"[suite] {' '.join(command[1:])} {' '.join(tests)}", flush=True)
         start = time.monotonic()
@@ -126,8 +126,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=int(os.environ.get("TEST_WORKERS", "2")))
     parser.add_argument("--label", default=None, help="the name of this run in suite.json (default: the commit)")
     parser.add_argument("--smoke", action="store_true", help="a few files, nothing written (CI)")
+    parser.add_argument("--durations", type=int, default=10, help="how many of the slowest tests to list")
     args = parser.parse_args()
-    result = run_suite(args.workers, SMOKE_TESTS if args.smoke else ["tests"], args.smoke)
+    result = run_suite(args.workers, SMOKE_TESTS if args.smoke else ["tests"], args.smoke, args.durations)
     result = {"label": args.label or commit(), "commit": commit()} | result
     print(json.dumps({k: v for k, v in result.items() if k != "slowest"}, indent=2), flush=True)
     if result["exit_status"] != 0:
