@@ -1,6 +1,6 @@
 """The test suite as a benchmark: its wall time, peak memory, line coverage and slowest tests.
 
-    python bench/suite.py [--workers N] [--label NAME] [--durations N] [--smoke]
+    python bench/suite.py [--workers N] [--label NAME] [--durations N] [--coverage-json FILE] [--smoke]
 
 Runs the suite as `make test` does (pytest-xdist, a test file to a worker at a time), with pytest-cov measuring
 the line coverage of `dapo_rllib/` and `envs/` in the test processes (not in Ray's worker processes, which the
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,7 +82,7 @@ def coverage(report: Path) -> dict:
     return percent | {"total": round(data["totals"]["percent_covered"], 2)}
 
 
-def run_suite(workers: int, tests: list[str], smoke: bool, durations: int) -> dict:
+def run_suite(workers: int, tests: list[str], smoke: bool, durations: int, keep_coverage: Path | None) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "coverage.json"
         command = [sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadfile"]
@@ -101,6 +102,8 @@ def run_suite(workers: int, tests: list[str], smoke: bool, durations: int) -> di
         wall = time.monotonic() - start
         sampler.done.set()
         sampler.join()
+        if keep_coverage is not None and report.exists():
+            shutil.copyfile(report, keep_coverage)
         return {
             "command": " ".join(["python -m pytest", *command[3:], *tests]).replace(str(report), "FILE"),
             "workers": workers,
@@ -127,8 +130,13 @@ def main() -> None:
     parser.add_argument("--label", default=None, help="the name of this run in suite.json (default: the commit)")
     parser.add_argument("--smoke", action="store_true", help="a few files, nothing written (CI)")
     parser.add_argument("--durations", type=int, default=10, help="how many of the slowest tests to list")
+    parser.add_argument(
+        "--coverage-json", type=Path, default=None, help="keep coverage's JSON report (every file's lines) here"
+    )
     args = parser.parse_args()
-    result = run_suite(args.workers, SMOKE_TESTS if args.smoke else ["tests"], args.smoke, args.durations)
+    result = run_suite(
+        args.workers, SMOKE_TESTS if args.smoke else ["tests"], args.smoke, args.durations, args.coverage_json
+    )
     result = {"label": args.label or commit(), "commit": commit()} | result
     print(json.dumps({k: v for k, v in result.items() if k != "slowest"}, indent=2), flush=True)
     if result["exit_status"] != 0:

@@ -34,6 +34,7 @@ from dapo_rllib.models.tiny import (
     weights_fingerprint,
 )
 from dapo_rllib.models.tiny import build as tiny_build
+from dapo_rllib.models.tiny.__main__ import main
 from dapo_rllib.models.tiny.recipes import RECIPE_SETS
 
 # What a shipped model's directory holds: save_pretrained's model and tokenizer, and the build record.
@@ -205,3 +206,28 @@ def test_processes_that_need_the_same_model_at_once_build_it_once(tmp_path):
     outputs = [log.read_text() for log in logs]
     assert sum(output.count("[tiny model] building a") for output in outputs) == 1, outputs
     assert read_build_record(path)["sft_steps"] == 2
+
+
+def test_the_command_lists_each_tasks_shipped_model_and_refuses_an_unknown_task(capsys):
+    main(["arithmetic", "code"])  # the suite's recipe set (conftest): both ship, nothing is built
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"[tiny model] 1/2 arithmetic: {SHIPPED_DIR / recipe_for('arithmetic').version} (shipped)",
+        f"[tiny model] 2/2 code: {SHIPPED_DIR / recipe_for('code').version} (shipped)",
+    ]
+    with pytest.raises(SystemExit) as refused:
+        main(["--verify", "arithmetc"])  # refused before anything is built
+    assert refused.value.code == 2 and "arithmetc" in capsys.readouterr().err
+
+
+def test_shipping_a_build_replaces_the_shipped_model_in_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path / "shipped")
+    (tmp_path / "shipped" / "tiny-v1").mkdir(parents=True)
+    (tmp_path / "shipped" / "tiny-v1" / "stale.bin").write_bytes(b"old")
+    (tmp_path / "built").mkdir()
+    (tmp_path / "built" / "config.json").write_text("{}")
+    target = shipped.ship_model(tmp_path / "built", "tiny-v1")
+    assert target == tmp_path / "shipped" / "tiny-v1"
+    assert [p.name for p in target.iterdir()] == ["config.json"]  # the old build's files are gone with it
+    assert [p.name for p in (tmp_path / "shipped").iterdir()] == ["tiny-v1"]  # no staging directory left
+    assert shipped.shipped_model_path("tiny-v1") == target
