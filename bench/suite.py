@@ -2,13 +2,14 @@
 
     python bench/suite.py [--workers N] [--label NAME] [--durations N] [--coverage-json FILE] [--smoke]
 
-Runs the suite as `make test` does (pytest-xdist, a test file to a worker at a time), with pytest-cov measuring
-the line coverage of `dapo_rllib/` and `envs/` in the test processes (not in Ray's worker processes, which the
-suite starts too: the figure is a lower bound, and the same one before and after a change). While it runs,
-memory is sampled every second: the machine's used memory above its level before the run, and the RSS of the
-suite's processes (summed, which counts shared pages twice, and the largest). The result is added to bench/results/suite.json under `--label` (default: the commit),
-after those of earlier runs, so a change to the suite is read as before and after. `--smoke` (CI) runs a few
-files without an engine and writes nothing.
+Runs the suite as `make test` does (pytest-xdist, a test file to a worker at a time, the real model converted
+beside it), with pytest-cov measuring the line coverage of `dapo_rllib/` and `envs/` in the test processes (not
+in Ray's worker processes, which the suite starts too: the figure is a lower bound, and the same one before and
+after a change). While it runs, memory is sampled every second: the machine's used memory above its level before
+the run, and the RSS of the suite's processes (summed, which counts shared pages twice, and the largest). The
+result is added to bench/results/suite.json under `--label` (default: the commit), after those of earlier runs,
+so a change to the suite is read as before and after. `--smoke` (CI) runs a few files without an engine and
+writes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "suite.json"
 SMOKE_TESTS = ["tests/test_console.py", "tests/algorithm/test_league_math.py"]
 COVERED = ("dapo_rllib", "envs")
+# The real models the suite needs, converted beside it (the Makefile's TEST_REAL_MODELS).
+REAL_MODELS = ["smollm2-135m-instruct"]
 
 
 class MemorySampler(threading.Thread):
@@ -90,6 +93,10 @@ def run_suite(workers: int, tests: list[str], smoke: bool, durations: int, keep_
         command += ["-m", "not engine"] if smoke else []
         print(f"[suite] {' '.join(command[1:])} {' '.join(tests)}", flush=True)
         start = time.monotonic()
+        # As `make test`: the real model is converted beside the suite (its files run last and wait for it).
+        builder = (
+            None if smoke else subprocess.Popen([sys.executable, "-m", "dapo_rllib.models", *REAL_MODELS], cwd=ROOT)
+        )
         suite = subprocess.Popen(command + tests, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sampler = MemorySampler(psutil.Process(suite.pid))
         sampler.start()
@@ -98,6 +105,8 @@ def run_suite(workers: int, tests: list[str], smoke: bool, durations: int, keep_
             print(line, end="", flush=True)
             lines.append(line)
         suite.wait()
+        if builder is not None and builder.wait() != 0:
+            sys.exit(f"[suite] converting {REAL_MODELS} failed (exit status {builder.returncode})")
         output = "".join(lines)
         wall = time.monotonic() - start
         sampler.done.set()

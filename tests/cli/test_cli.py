@@ -74,6 +74,7 @@ def test_every_path_typed_is_made_absolute_and_names_are_kept(tmp_path, monkeypa
     assert (train.storage_path, train.restore) == ("s3://b/runs", "ck")
 
 
+@pytest.mark.engine  # an `rllib` process: Ray's and vLLM's imports, 10-20 s
 def test_a_run_that_fails_before_writing_leaves_no_run_directory(tmp_path):
     (tmp_path / "bad_model.py").write_text(
         "import dapo_rllib  # noqa: F401\n"
@@ -86,6 +87,7 @@ def test_a_run_that_fails_before_writing_leaves_no_run_directory(tmp_path):
     assert (tmp_path / "runs").is_dir() and not (tmp_path / "runs" / "bad").exists()
 
 
+@pytest.mark.engine  # an `rllib` process: Ray's and vLLM's imports, 10-20 s
 def test_a_module_in_the_current_directory_imports_as_in_rays_workers(tmp_path):
     """A scorer next to the config file (`scorer="my_scorers:judge"`) is found by the driver as by the env runners."""
     (tmp_path / "my_scorers.py").write_text("def judge(response, ground_truth):\n    return {}\n")

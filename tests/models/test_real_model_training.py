@@ -18,8 +18,11 @@ IM_END = 2  # <|im_end|>, the model's end of turn and EOS
 
 def real_config(**overrides):
     """Small steps of the real model on the guessing game: 2 prompts x 2 completions, 3 turns, 96 tokens, two
-    optimizer steps of a prompt each (so old log-probs are recomputed, as in a run with minibatches)."""
-    settings = dict(lr=1e-5, lr_warmup_steps=0, train_batch_size_prompts=2, minibatch_size_prompts=1) | overrides
+    optimizer steps of a prompt each (so old log-probs are recomputed, as in a run with minibatches). Micro-batches
+    of 512 tokens: the learner runs in the test process, and the default 2,048 tokens of a 49,152-word vocabulary
+    hold 0.4 GB per copy of the logits."""
+    settings = dict(lr=1e-5, lr_warmup_steps=0, train_batch_size_prompts=2, minibatch_size_prompts=1)
+    settings |= dict(max_tokens_per_micro_batch=512) | overrides
     config = guess_config(REAL, **settings).env_runners(num_env_runners=1)
     return config.evaluation(evaluation_config={"env_config": {"num_problems": 40}})
 
