@@ -171,13 +171,16 @@ def test_modules_and_functions_are_small():
 
 # Sides that read the algorithm's config through typed settings of their own (as verl hands each worker its
 # config object): a DAPO setting renamed or moved in `DAPOConfig` then breaks the one function that maps it.
-# The algorithm's modules are a side too, all but the config's own (dapo.py).
+# The algorithm's modules are a side too, all but the config's own (dapo.py). The command line (dapo_rllib.cli)
+# is not a side: it writes the config from what the user typed (and `rllib evaluate` reads a checkpoint's back),
+# as the config's own module does.
 TYPED_SETTINGS_SIDES = (
     "dapo_rllib.rollout",
     "dapo_rllib.algorithm",
     "dapo_rllib.tasks",
     "dapo_rllib.models",
     "dapo_rllib.reporting",
+    "dapo_rllib.doctor",
 )
 CONFIG_MODULE = "dapo_rllib.algorithm.dapo"
 # The functions that map `DAPOConfig` to a side's settings, by module: the only ones that may read its shape.
@@ -187,6 +190,8 @@ SETTINGS_BUILDERS = {
     "dapo_rllib.algorithm.dynamic_sampling": {"CollectSettings.from_config"},
     "dapo_rllib.algorithm.learner": {"UpdateSettings.from_config"},
     "dapo_rllib.algorithm.deepspeed_learner": {"DeepSpeedSettings.from_config"},
+    "dapo_rllib.doctor.run": {"CheckedRun.from_config"},
+    "dapo_rllib.doctor.data_checks": {"RunSampling.from_config"},
 }
 # Names the algorithm's config goes by: a variable or parameter, or an attribute (`self.config`).
 CONFIG_NAMES = {"config", "cfg", "algo_config", "eval_config", "eval_cfg"}

@@ -34,6 +34,33 @@ MIN_VARYING = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
+class RunSampling:
+    """What the data check reads of a run: how it samples a problem's group and scores it. `scorer` is the run's
+    choice (`env_config["scorer"]`; None: each data source's own)."""
+
+    group_size: int
+    temperature: float
+    top_p: float
+    max_prompt_length: int
+    max_response_length: int
+    filter_metric: str
+    scorer: str | None = None
+
+    @classmethod
+    def from_config(cls, config) -> RunSampling:
+        """The run `config`'s (a `DAPOConfig`): the one place the data check reads the algorithm's settings."""
+        return cls(
+            group_size=config.group_size,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_prompt_length=config.max_prompt_length,
+            max_response_length=config.max_response_length,
+            filter_metric=config.filter_metric,
+            scorer=config.env_config.get("scorer"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class DataProbe:
     """The data check's sample: the first `problems` problems of the DAPO-format file `path`, seeded."""
 
@@ -42,65 +69,63 @@ class DataProbe:
     seed: int = 0
 
 
-def data_checks(llm, tokenizer, config, probe: DataProbe) -> list[Check]:
-    """The three rows of the module doc, for the run `config` (a `DAPOConfig`: its group size, sampling, lengths,
-    scorer and filter metric) on `probe`'s problems, sampled with `llm`."""
+def data_checks(llm, tokenizer, run: RunSampling, probe: DataProbe) -> list[Check]:
+    """The three rows of the module doc, for `run` on `probe`'s problems, sampled with `llm`."""
     problems = load_math_dataset(probe.path)[: probe.problems]
-    groups = _scored_groups(llm, tokenizer, config, problems, probe.seed)
+    groups = _scored_groups(llm, tokenizer, run, problems, probe.seed)
     results = [result for group in groups for result in group]
     parsed = np.mean([result["pred"] not in (None, INVALID_PRED) for result in results])
     reward = float(np.mean([result["score"] for result in results]))
     accuracy = float(np.mean([result["acc"] for result in results]))
-    metric = config.filter_metric
+    metric = run.filter_metric
     varying = float(np.mean([len({float(result[metric]) for result in group}) > 1 for group in groups]))
     where = f"{len(results)} samples of {len(groups)} problems"
     return [
         Check(
             "answers parsed",
             PASS if parsed >= MIN_PARSED else FAIL,
-            f"{parsed:.0%} of {where}" + ("" if parsed >= MIN_PARSED else f"; {_scorer_fix(config, problems)}"),
+            f"{parsed:.0%} of {where}" + ("" if parsed >= MIN_PARSED else f"; {_scorer_fix(run, problems)}"),
             {"share": float(parsed), "samples": len(results)},
         ),
         Check("reward mean", NOTE, f"{reward:.3f}, accuracy {accuracy:.0%}", {"mean": reward, "accuracy": accuracy}),
         Check(
             "groups with variation",
             PASS if varying >= MIN_VARYING else FAIL,
-            f"{varying:.0%} of {len(groups)} groups of {config.group_size} vary in {metric!r}"
+            f"{varying:.0%} of {len(groups)} groups of {run.group_size} vary in {metric!r}"
             + ("" if varying >= MIN_VARYING else f"; {_difficulty_fix(accuracy, parsed)}"),
-            {"share": varying, "groups": len(groups), "group_size": config.group_size},
+            {"share": varying, "groups": len(groups), "group_size": run.group_size},
         ),
     ]
 
 
-def _scored_groups(llm, tokenizer, config, problems, seed: int) -> list[list[dict[str, Any]]]:
-    """`config.group_size` completions of each problem, each scored by its data source's scorer under the run's
-    choice (`env_config["scorer"]`)."""
+def _scored_groups(llm, tokenizer, run: RunSampling, problems, seed: int) -> list[list[dict[str, Any]]]:
+    """`run.group_size` completions of each problem, each scored by its data source's scorer under the run's
+    choice."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     # DAPO keeps a long prompt's end, as the environment does.
-    prompts = [render_prompt_ids(tokenizer, list(p.messages))[-config.max_prompt_length :] for p in problems]
+    prompts = [render_prompt_ids(tokenizer, list(p.messages))[-run.max_prompt_length :] for p in problems]
     params = SamplingParams(
-        n=config.group_size,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        max_tokens=config.max_response_length,
+        n=run.group_size,
+        temperature=run.temperature,
+        top_p=run.top_p,
+        max_tokens=run.max_response_length,
         seed=seed,
     )
     outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
-    choice = config.env_config.get("scorer")
     return [
         [
-            load_scorer(scorer_for(problem.data_source, choice))(completion.text, problem.ground_truth)
+            load_scorer(scorer_for(problem.data_source, run.scorer))(completion.text, problem.ground_truth)
             for completion in output.outputs
         ]
         for problem, output in zip(problems, outputs)
     ]
 
 
-def _scorer_fix(config, problems) -> str:
+def _scorer_fix(run: RunSampling, problems) -> str:
     sources = sorted({problem.data_source for problem in problems})
-    scorers = sorted({scorer_for(source, config.env_config.get("scorer")) for source in sources})
+    scorers = sorted({scorer_for(source, run.scorer) for source in sources})
     return (
         f"the scorer {', '.join(scorers)} cannot read most answers: try another scorer (--scorer math_verify, or "
         "your own module:function), or a prompt template that asks for the format it reads (rllib data convert "

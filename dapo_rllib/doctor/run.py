@@ -10,12 +10,12 @@ from typing import Any
 
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-from dapo_rllib.doctor.data_checks import DataProbe, data_checks
+from dapo_rllib.doctor.data_checks import DataProbe, RunSampling, data_checks
 from dapo_rllib.doctor.engine_checks import engine_checks
 from dapo_rllib.doctor.report import Check, format_table
 from dapo_rllib.doctor.template_checks import template_checks
-from dapo_rllib.models.resolve import ensure_model_directory
-from dapo_rllib.rollout.vllm_engine import EngineSettings, build_vllm_engine
+from dapo_rllib.models.resolve import ModelSettings, ensure_model_directory
+from dapo_rllib.rollout.vllm_engine import EngineSettings, SamplerSettings, build_vllm_engine
 
 logger = logging.getLogger(__name__)
 
@@ -32,35 +32,57 @@ class DoctorSettings:
     seed: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckedRun:
+    """What the doctor reads of a run: its model, how it samples, the weight sync's bucket size and its seed."""
+
+    model: ModelSettings
+    sampler: SamplerSettings
+    bucket_bytes: int
+    seed: int
+
+    @classmethod
+    def from_config(cls, config) -> CheckedRun:
+        """The run `config`'s (a `DAPOConfig`): the one place the doctor reads the algorithm's settings."""
+        return cls(
+            config.model_settings, config.sampler_settings, config.weight_sync_settings.bucket_bytes, config.seed or 0
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The model as the run names it: its `model_path`, or the directory it resolves to."""
+        return self.model.model_path or self.model.policy_model_path
+
+
 def run_doctor(config, settings: DoctorSettings = DoctorSettings(), data: DataProbe | None = None) -> list[Check]:
     """The checks of the model of `config` (a `DAPOConfig`: its model, dtype and sequence lengths), in the
     table's order: the learner's module and a vLLM engine load it as the run would, from its directory. With
     `data`, the run's problems sampled and scored too (`data_checks`)."""
-    config.model_settings.validate()
-    directory = ensure_model_directory(config.model_path) if config.model_path else Path(config.policy_model_path)
+    run = CheckedRun.from_config(config)
+    run.model.validate()
+    model, sampler = run.model, run.sampler
+    directory = ensure_model_directory(model.model_path) if model.model_path else Path(model.policy_model_path)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model_config = AutoConfig.from_pretrained(directory)
     generation_config = _generation_config(directory, model_config)
-    checks = template_checks(
-        tokenizer, model_config, generation_config, config.max_prompt_length + config.max_response_length
-    )
+    checks = template_checks(tokenizer, model_config, generation_config, sampler.longest_sequence)
     # The engine holds the probe prompts and their samples; with `data`, the run's prompts and responses too.
-    prompt, response = (config.max_prompt_length, config.max_response_length) if data is not None else (0, 0)
+    prompt, response = (sampler.max_prompt_length, sampler.max_response_length) if data is not None else (0, 0)
     probe = config.copy(copy_frozen=False).training(
         max_prompt_length=max(PROBE_PROMPT_TOKENS, prompt), max_response_length=max(settings.max_tokens, response)
     )
     module = _learner_module(probe, len(tokenizer))
     llm = build_vllm_engine(EngineSettings.from_config(probe), seed=settings.seed)
     engine_settings: dict[str, Any] = {
-        "dtype": config.model_dtype,
+        "dtype": model.model_dtype,
         "seed": settings.seed,
-        "temperature": config.temperature,
+        "temperature": sampler.temperature,
         "samples": settings.samples,
         "max_tokens": settings.max_tokens,
-        "bucket_bytes": config.weight_sync_settings.bucket_bytes,
+        "bucket_bytes": run.bucket_bytes,
     }
     # Sampled before the parity checks move the weights: the data check is of the model as it is.
-    sampled = [] if data is None else data_checks(llm, tokenizer, config, data)
+    sampled = [] if data is None else data_checks(llm, tokenizer, RunSampling.from_config(config), data)
     return engine_checks(module, llm, tokenizer, engine_settings) + checks + sampled
 
 
@@ -70,13 +92,13 @@ def check_before_run(config) -> None:
     Raises:
         ValueError: A check failed (the message names each with its detail).
     """
-    model = config.model_path or config.policy_model_path
-    checks = run_doctor(config, DoctorSettings(seed=config.seed or 0))
-    logger.info(format_table(model, checks))
+    run = CheckedRun.from_config(config)
+    checks = run_doctor(config, DoctorSettings(seed=run.seed))
+    logger.info(format_table(run.model_name, checks))
     failed = [check for check in checks if check.failed]
     if failed:
         raise ValueError(
-            f"doctor_at_start: {len(failed)} check(s) of {model} failed: "
+            f"doctor_at_start: {len(failed)} check(s) of {run.model_name} failed: "
             + "; ".join(f"{check.name}: {check.detail}" for check in failed)
         )
 

@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
 from dapo_rllib.algorithm.dapo import DAPOConfig
-from dapo_rllib.doctor.data_checks import DataProbe, data_checks
+from dapo_rllib.doctor.data_checks import DataProbe, RunSampling, data_checks
 from dapo_rllib.doctor.report import FAIL, NOTE, PASS
 from dapo_rllib.doctor.run import DoctorSettings, run_doctor
 from dapo_rllib.doctor.template_checks import context_check, end_of_turn_check, prefix_check
@@ -156,7 +156,7 @@ def test_the_data_check_measures_what_dynamic_sampling_needs(tiny_model_path, ar
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     llm = vllm_engine.build_vllm_engine(vllm_engine.EngineSettings.from_config(config), seed=0)
     probe = DataProbe(str(arithmetic_parquet), problems=6)
-    checks = by_name(data_checks(llm, tokenizer, config, probe))
+    checks = by_name(data_checks(llm, tokenizer, RunSampling.from_config(config), probe))
     parsed, reward, varying = checks["answers parsed"], checks["reward mean"], checks["groups with variation"]
     assert parsed.status == PASS and parsed.values["share"] >= 0.5 and parsed.values["samples"] == 6 * 4
     # math_dapo's reward is +1 right, -1 wrong: its mean is 2 * accuracy - 1.
@@ -164,7 +164,7 @@ def test_the_data_check_measures_what_dynamic_sampling_needs(tiny_model_path, ar
     assert 0 <= varying.values["share"] <= 1 and varying.values["groups"] == 6
 
     config.environment(env_config={"scorer": "tests.support.naive_scorers:never_reads"})
-    blind = by_name(data_checks(llm, tokenizer, config, probe))
+    blind = by_name(data_checks(llm, tokenizer, RunSampling.from_config(config), probe))
     assert blind["answers parsed"].status == FAIL and blind["answers parsed"].values["share"] == 0
     assert "try another scorer (--scorer math_verify" in blind["answers parsed"].detail
     assert "a prompt template that asks for the format it reads" in blind["answers parsed"].detail
