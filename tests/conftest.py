@@ -111,12 +111,14 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item, nextitem):
+def pytest_runtest_protocol(item, nextitem):
     """After an engine test, and after a file's last test (its module fixtures gone), hand the memory that the
     finished runs freed back to the system. glibc keeps large freed blocks in its heap for reuse: a process that
     trained and stopped one SmolLM2 learner held 2.2 GB of freed memory after it, 0.54 GB after malloc_trim(0)
     (measured in one process, three learners one after the other), so a test process that runs many files
-    grew to 11 GB by the real model's tests."""
+    grew to 11 GB by the real model's tests. After the whole protocol, not in teardown: the test's arguments (a
+    module fixture's run, such as the real model's two copies of its weights) are let go only after the
+    teardown hooks."""
     yield
     if item.get_closest_marker("engine") or nextitem is None or nextitem.path != item.path:
         gc.collect()
