@@ -25,6 +25,7 @@ import pytest
 from dapo_rllib.columns import Metrics
 from dapo_rllib.tasks.env_failures import MALFORMED, SERVER_DOWN, EnvFailure
 from envs.openenv_env import OpenEnvEnv
+from envs.openenv_servers import launcher
 from envs.openenv_servers.guess_number import GuessNumberAdapter, GuessObservation
 from envs.openenv_servers.session import REQUEST_TIMEOUT
 from tests.support.runs import SMALL_MULTI_TURN_STEPS, tiny_config
@@ -277,7 +278,9 @@ def test_the_server_starts_at_the_first_reset_logs_to_a_file_and_stops_with_the_
         os.kill(pid, 0)
 
 
-def test_a_shared_server_is_one_process_and_whoever_comes_next_restarts_it_after_its_owner_left():
+def test_a_shared_server_is_one_process_and_whoever_comes_next_restarts_it_after_its_owner_left(tmp_path, monkeypatch):
+    # The machine's record of shared servers, fresh: no earlier run's record decides which path the test takes.
+    monkeypatch.setattr(launcher, "STATE_DIR", tmp_path / "openenv_state")
     command = guess_command("--max-sessions", "17")  # a command of this test's own: shared servers are per command
     owner = OpenEnvEnv({"server_command": command, "share_server": True})
     other = OpenEnvEnv({"server_command": command, "share_server": True})
