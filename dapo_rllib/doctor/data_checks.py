@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from dapo_rllib.doctor.report import FAIL, NOTE, PASS, Check
+from dapo_rllib.rollout.vllm_engine import SamplerSettings
 from dapo_rllib.tasks.data import load_math_dataset
 from dapo_rllib.tasks.data.prompts import render_prompt_ids
 from dapo_rllib.tasks.rewards import load_scorer, scorer_for
@@ -35,29 +36,19 @@ MIN_VARYING = 0.25
 
 @dataclasses.dataclass(frozen=True)
 class RunSampling:
-    """What the data check reads of a run: how it samples a problem's group and scores it. `scorer` is the run's
-    choice (`env_config["scorer"]`; None: each data source's own)."""
+    """What the data check reads of a run: how its engines sample (`sampler`), how many samples make a group, the
+    metric dynamic sampling keeps groups by, and the scorer the run chose (`env_config["scorer"]`; None: each data
+    source's own)."""
 
+    sampler: SamplerSettings
     group_size: int
-    temperature: float
-    top_p: float
-    max_prompt_length: int
-    max_response_length: int
     filter_metric: str
     scorer: str | None = None
 
     @classmethod
     def from_config(cls, config) -> RunSampling:
         """The run `config`'s (a `DAPOConfig`): the one place the data check reads the algorithm's settings."""
-        return cls(
-            group_size=config.group_size,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_prompt_length=config.max_prompt_length,
-            max_response_length=config.max_response_length,
-            filter_metric=config.filter_metric,
-            scorer=config.env_config.get("scorer"),
-        )
+        return cls(config.sampler_settings, config.group_size, config.filter_metric, config.env_config.get("scorer"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +96,13 @@ def _scored_groups(llm, tokenizer, run: RunSampling, problems, seed: int) -> lis
     from vllm.inputs import TokensPrompt
 
     # DAPO keeps a long prompt's end, as the environment does.
-    prompts = [render_prompt_ids(tokenizer, list(p.messages))[-run.max_prompt_length :] for p in problems]
+    sampler = run.sampler
+    prompts = [render_prompt_ids(tokenizer, list(p.messages))[-sampler.max_prompt_length :] for p in problems]
     params = SamplingParams(
         n=run.group_size,
-        temperature=run.temperature,
-        top_p=run.top_p,
-        max_tokens=run.max_response_length,
+        temperature=sampler.temperature,
+        top_p=sampler.top_p,
+        max_tokens=sampler.max_response_length,
         seed=seed,
     )
     outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
