@@ -374,7 +374,7 @@ class EngineAdapter:
         if self.lora_request is None:
             return {}
         held = self.shelf.tensors(POLICY_ADAPTER)
-        return {name: held[name].float().numpy() for name in names if name in held}
+        return {name: held[name].float().numpy().copy() for name in names if name in held}  # copies, as above
 
     def engine_adapters(self) -> set[int]:
         """The ids of the adapters the engine holds (the current version's only, once synced)."""
@@ -402,7 +402,9 @@ def _finish_reload(worker) -> list[str]:
 
 def _read_parameters(worker, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     params = dict(worker_model(worker).named_parameters())
-    return {n: params[n].detach().float().cpu().numpy() for n in names if n in params}
+    # Copies: on CPU a float32 tensor's numpy() is a view, which an in-process caller would see change at the next
+    # weight update (an actor's caller gets a copy through Ray either way).
+    return {n: params[n].detach().float().cpu().numpy().copy() for n in names if n in params}
 
 
 def _retie_layers(model) -> None:
