@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from dapo_rllib.cli.main import build_parser, main
-from tests.support.rllib_command import FAST_EVAL, TENSORBOARD_TAGS, TINY, rllib, run_ok, scalar_tags
+from tests.support.rllib_command import FAST_EVAL, IN_PROCESS, TENSORBOARD_TAGS, TINY, rllib, run_ok, scalar_tags
 from tests.support.runs import ONE_STEP
 
 
 @pytest.fixture(scope="module")
 def dapo_run(tiny_model_path, tmp_path_factory):
-    """`rllib train file <tiny example> --no-tune` for 2 iterations, a checkpoint after each."""
+    """`rllib train file <tiny example> --no-tune` for 2 iterations, a checkpoint after each, the engine in the
+    command's process."""
     work = tmp_path_factory.mktemp("dapo_run")
     out = run_ok(
         "train",
@@ -30,7 +31,7 @@ def dapo_run(tiny_model_path, tmp_path_factory):
         "--checkpoint-freq",
         "1",
         "--config",
-        json.dumps(FAST_EVAL),
+        json.dumps(FAST_EVAL | IN_PROCESS),
         "--name",
         "tiny",
         "--num-cpus",
@@ -181,7 +182,7 @@ def test_restore_repeats_iteration_two_from_the_checkpoint_of_iteration_one(dapo
         "--stop",
         '{"training_iteration": 2}',
         "--config",
-        json.dumps(FAST_EVAL),
+        json.dumps(FAST_EVAL | IN_PROCESS),
         "--name",
         "resumed",
         "--num-cpus",

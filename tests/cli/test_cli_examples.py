@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.support.rllib_command import CODE, ONE_ROUND, TOOL, rllib, run_ok, scalar_tags
+from tests.support.rllib_command import CODE, IN_PROCESS, ONE_ROUND, TOOL, rllib, run_ok, scalar_tags
 
 pytestmark = pytest.mark.engine  # each test runs an `rllib` process with a model
 
@@ -59,7 +59,7 @@ def test_the_tool_example_runs_as_a_tune_experiment_with_its_turn_metrics(tiny_t
         "--stop",
         '{"training_iteration": 1}',
         "--config",
-        json.dumps(ONE_ROUND | {"num_env_runners": 0}),
+        json.dumps(ONE_ROUND | IN_PROCESS),
         "--name",
         "tool",
         "--num-cpus",

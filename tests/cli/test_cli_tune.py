@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.support.rllib_command import FAST_EVAL, PPO, SWEEP, TENSORBOARD_TAGS, run_ok, scalar_tags
+from tests.support.rllib_command import FAST_EVAL, IN_PROCESS, PPO, SWEEP, TENSORBOARD_TAGS, run_ok, scalar_tags
 
 pytestmark = pytest.mark.engine  # each test starts Ray in an `rllib` process
 
@@ -24,7 +24,7 @@ def sweep_run(tiny_model_path, tmp_path_factory):
         "--stop",
         '{"training_iteration": 1}',
         "--config",
-        json.dumps(FAST_EVAL | {"group_size": 4, "num_env_runners": 0}),
+        json.dumps(FAST_EVAL | {"group_size": 4} | IN_PROCESS),
         "--name",
         "sweep",
         "--num-cpus",

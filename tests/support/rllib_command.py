@@ -15,6 +15,9 @@ PPO = CONFIGS / "ppo_cartpole.py"
 RLLIB = [str(Path(sys.executable).with_name("rllib"))]
 # Small, fast evaluation for the tests: 16 held-out problems, 2 samples each.
 FAST_EVAL = {"eval_max_problems": 16, "eval_num_samples": 2}
+# The engine in the run's own process (num_env_runners=0): one process start less per run where the env runner
+# actor is not what a test is about (the code example's test runs one).
+IN_PROCESS = {"num_env_runners": 0}
 # The code and tool examples train on one round of prompts, informative or not: their tests hold for any
 # model the test recipes build (dynamic sampling is tested on the arithmetic model).
 ONE_ROUND = FAST_EVAL | {"dynamic_sampling": False}
