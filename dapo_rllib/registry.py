@@ -16,13 +16,9 @@ from importlib.metadata import EntryPoint, entry_points
 from ray.tune.registry import register_env, register_trainable
 
 from dapo_rllib.algorithm.family import ALGORITHMS
-from dapo_rllib.tasks.env_names import ENVIRONMENTS_GROUP
+from dapo_rllib.tasks.env_names import ENVIRONMENTS_GROUP, make_declared_env
 
 logger = logging.getLogger(__name__)
-
-
-def _make_env(entry_point: str, env_context):
-    return EntryPoint(name="", value=entry_point, group=ENVIRONMENTS_GROUP).load()(env_context)
 
 
 def register_all() -> None:
@@ -44,7 +40,7 @@ def register_all() -> None:
                 entry.value,
             )
         declared[entry.name] = entry
-        register_env(entry.name, partial(_make_env, entry.value))
+        register_env(entry.name, partial(make_declared_env, entry.value))  # a string: pickled small, loaded late
 
 
 def _package(entry: EntryPoint) -> str:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import gymnasium
 
 from dapo_rllib.ray_private import registered_env_creator
+from dapo_rllib.tasks.env_names import declared_environments, make_declared_env
 from dapo_rllib.tasks.game_env import GameEnv
 from dapo_rllib.tasks.problem_env import ProblemEnv
 
@@ -19,6 +22,11 @@ def build_env(env_spec, env_config: dict, worker_index: int, num_workers: int):
 
     ctx = EnvContext(env_config or {}, worker_index=worker_index, num_workers=num_workers)
     creator = registered_env_creator(env_spec) if isinstance(env_spec, str) else None
+    if creator is None and isinstance(env_spec, str) and env_spec in (declared := declared_environments()):
+        # Ray Tune keeps registrations in the running Ray's store, and forgets them when Ray shuts down: a process
+        # that started and stopped Ray (a notebook, `rllib evaluate` after a run) builds an installed package's
+        # environment from its entry point.
+        creator = partial(make_declared_env, declared[env_spec].value)
     if creator is not None:
         env = creator(ctx)
     elif isinstance(env_spec, type) and issubclass(env_spec, gymnasium.Env):

@@ -58,34 +58,45 @@ def installed_package(tmp_path_factory):
         _pip("uninstall", "-y", DISTRIBUTION)
 
 
-# Run in a new process: what `import dapo_rllib` alone registers, and where the class it builds comes from.
+# Run in a new process: what `import dapo_rllib` alone registers, and where the class it builds comes from; then
+# the same after Ray started and shut down, which empties Ray Tune's registry (it lives in the running Ray's store).
 _BUILD_BY_NAME = textwrap.dedent(
     f"""
     import inspect, json
+    import ray
     import dapo_rllib
     from dapo_rllib.tasks.env_factory import build_env
 
-    env = build_env({ENV_NAME!r}, {{"split": "test"}}, worker_index=0, num_workers=0)
-    (problem,) = env.draw(1)
-    print(json.dumps({{
-        "class": type(env).__qualname__,
-        "file": inspect.getfile(type(env)),
-        "num_problems": env.num_problems,
-        "data_source": problem.data_source,
-    }}))
+    def built():
+        env = build_env({ENV_NAME!r}, {{"split": "test"}}, worker_index=0, num_workers=0)
+        (problem,) = env.draw(1)
+        return {{
+            "class": type(env).__qualname__,
+            "file": inspect.getfile(type(env)),
+            "num_problems": env.num_problems,
+            "data_source": problem.data_source,
+        }}
+
+    print(json.dumps(built()))
+    ray.init(num_cpus=1, include_dashboard=False)
+    ray.shutdown()
+    print(json.dumps(built()))
     """
 )
 
 
+@pytest.mark.engine  # a new process that starts Ray
 def test_import_dapo_rllib_registers_the_installed_packages_environment(installed_package, tmp_path):
     # Started in an empty directory, so the class can only come from the installed package.
     done = subprocess.run([sys.executable, "-c", _BUILD_BY_NAME], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    built = json.loads(done.stdout.splitlines()[-1])
-    assert built["class"] == "CountingEnv"
-    assert Path(built["file"]).is_relative_to(sysconfig.get_path("purelib"))
+    first, after_ray = [json.loads(line) for line in done.stdout.splitlines()[-2:]]
+    assert first["class"] == "CountingEnv"
+    assert Path(first["file"]).is_relative_to(sysconfig.get_path("purelib"))
     # The package's held-out split: the starts 0, 10, ..., 90, counted on by 1, 2 and 3.
-    assert (built["num_problems"], built["data_source"]) == (30, DATA_SOURCE)
+    assert (first["num_problems"], first["data_source"]) == (30, DATA_SOURCE)
+    # Built from its entry point once Ray forgot the registration (dapo_rllib.tasks.env_factory.build_env).
+    assert after_ray == first
 
 
 @pytest.fixture(scope="module")
