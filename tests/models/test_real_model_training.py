@@ -9,6 +9,8 @@ as into an actor's (`stream_weights`), and an actor would add a process start an
 vLLM's imports to every run. Actors' syncs and restores are tested on the tiny model
 (tests/rollout/test_rollout_side.py, tests/algorithm/test_dapo_integration.py)."""
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,10 @@ def real_run(ray_session, smollm2_path, guess_number_example, tmp_path_factory):
         exported = algo.export_hf_model(tmp_path_factory.mktemp("real") / "exported")
     finally:
         algo.stop()
+    # The stopped run still holds its learner (weights, gradients, Adam's moments: 2.2 GB): let it go before the
+    # restored run builds its own.
+    del algo
+    gc.collect()
     resumed, resumed_weights = resume_once(checkpoint)
     return dict(
         results=[*results, continued],
