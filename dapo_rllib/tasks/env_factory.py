@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import gymnasium
 
 from dapo_rllib.ray_private import registered_env_creator
-from dapo_rllib.tasks.env_names import declared_environments, make_declared_env
+from dapo_rllib.tasks.env_names import declared_environments
 from dapo_rllib.tasks.game_env import GameEnv
 from dapo_rllib.tasks.problem_env import ProblemEnv
 
@@ -26,7 +24,7 @@ def build_env(env_spec, env_config: dict, worker_index: int, num_workers: int):
         # Ray Tune keeps registrations in the running Ray's store, and forgets them when Ray shuts down: a process
         # that started and stopped Ray (a notebook, `rllib evaluate` after a run) builds an installed package's
         # environment from its entry point.
-        creator = partial(make_declared_env, declared[env_spec].value)
+        creator = declared[env_spec].load()  # the environment's class, built on the context as a creator is
     if creator is not None:
         env = creator(ctx)
     elif isinstance(env_spec, type) and issubclass(env_spec, gymnasium.Env):
