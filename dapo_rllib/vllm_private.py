@@ -48,6 +48,17 @@ PRIVATE_MEMBERS = (
         "layers that received none (the rotary embedding's cache).",
     ),
     PrivateMember(
+        "vllm.model_executor.model_loader.reload.layerwise",
+        "LAYERWISE_INFO",
+        "is vLLM's record of each layer for its reloads, weakly keyed by the layer. After a reload a record's "
+        "meta parameters keep the wrapped weight loaders, which close over their layer: the record keeps its own "
+        "key alive, and so the whole model (its weights and packed copies) after the engine is gone. An "
+        "in-process engine that had been updated stayed in memory after its env runner stopped (150 MB per "
+        "stopped tiny-model runner, the model and more per real-model one), so a process that builds engines "
+        "one after another grew until Ray's memory monitor killed it. A stopped engine's layers are dropped "
+        "from it.",
+    ),
+    PrivateMember(
         "vllm.model_executor.models.qwen2:Qwen2ForCausalLM",
         "load_weights",
         "loads (Hugging Face name, tensor) pairs and returns the engine parameters they filled (every "
@@ -147,6 +158,14 @@ def finish_layerwise_reload(worker) -> None:
     from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
     finalize_layerwise_reload(worker.get_model(), worker.model_config)
+
+
+def forget_reload_records(worker) -> None:
+    """Drop the model's layers from vLLM's reload records, which would keep the model alive (see PRIVATE_MEMBERS)."""
+    from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+
+    for layer in worker.get_model().modules():
+        LAYERWISE_INFO.pop(layer, None)
 
 
 def load_into_model(worker, weights: list) -> set[str]:

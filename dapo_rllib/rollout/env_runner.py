@@ -168,8 +168,7 @@ class VLLMEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def stop(self):
-        if isinstance(self._engine_weights, EngineAdapter):
-            self._engine_weights.close()
+        self._engine_weights.close()
         self.llm = None
 
     # ----- sampling ------------------------------------------------------------------------

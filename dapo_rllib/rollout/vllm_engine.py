@@ -34,6 +34,7 @@ from dapo_rllib.vllm_private import (
     detach_shared_state_teardown,
     drop_import_error_frames,
     finish_layerwise_reload,
+    forget_reload_records,
     load_into_model,
     processes_weights,
     share_processed_weight,
@@ -325,6 +326,10 @@ class EngineWeights:
     def parameters(self, names: list[str]) -> dict[str, np.ndarray]:
         """Copies of the named parameters as the engine holds them (for tests and debugging)."""
         return self.llm.collective_rpc(_read_parameters, kwargs={"names": tuple(names)})[0]
+
+    def close(self) -> None:
+        """Let the engine's model go with the engine (vLLM's reload records would hold it)."""
+        self.llm.collective_rpc(forget_reload_records)
 
 
 class EngineAdapter:

@@ -13,6 +13,7 @@ from dapo_rllib.models.rl_module import hf_weights
 from dapo_rllib.reporting.progress import summary_line
 from dapo_rllib.rollout.env_runner import VLLMEnvRunner
 from dapo_rllib.rollout.vllm_engine import EngineSettings, cpu_kv_cache_bytes
+from dapo_rllib.vllm_private import worker_model
 from tests.support.runs import CHECKED, engine_weights, learner_weights, resume_once, tiny_config, unpadded
 
 # 100 kB buckets: the tiny model's embedding (303 x 128 floats) and MLP matrices do not fit one,
@@ -107,16 +108,25 @@ def test_async_rollout_needs_env_runner_actors(tiny_model_path):
 
 
 def test_a_stopped_in_process_env_runner_leaves_no_engine_behind(tiny_model_path):
+    from transformers import AutoModelForCausalLM
+
     # vLLM freezes the objects alive at its engine's start, the runner being built among them: without
     # `release_startup_objects` the runner's reference cycle kept each stopped runner's engine (1 GiB of
-    # KV cache) for the life of the process.
+    # KV cache) for the life of the process. And vLLM's reload records keep an updated model alive through
+    # their own keys: without `forget_reload_records` each stopped runner left its model behind (150 MB here).
     runner = VLLMEnvRunner(config=tiny_config(tiny_model_path).env_runners(num_env_runners=0))
     engine = weakref.ref(runner.llm)
+    # The layers with weights (vLLM caches the rotary embedding, which has none, across engines).
+    model = runner.llm.collective_rpc(worker_model)[0]
+    layers = [weakref.ref(layer) for layer in model.modules() if list(layer.parameters(recurse=False))]
+    del model
     runner.evaluate(num_samples=1, max_problems=2)
+    runner.load_weights(AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict())
     runner.stop()
     del runner
     gc.collect()
     assert engine() is None
+    assert [layer() for layer in layers if layer() is not None] == []
 
 
 def test_a_cpu_engines_kv_cache_fits_its_longest_sequences(tiny_model_path, monkeypatch):
