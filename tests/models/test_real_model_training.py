@@ -34,6 +34,23 @@ def real_config(**overrides):
     return config.evaluation(evaluation_config={"env_config": {"num_problems": 40}})
 
 
+# "merged" is what lora_sync="auto" picks for this model on CPU engines (0.54 GB of weights in float32). Two
+# iterations: the second samples from the adapter trained in the first (a trained sync). One turn of 32 tokens:
+# vLLM's CPU backend generates about 15 tokens/s with an adapter, and a sync's noise shows in any token.
+# A name served again under a new adapter id is tests/models/test_adapter_shelf.py's and the league's
+# (tests/algorithm/test_self_play.py). They run before `real_run`, which the module then holds.
+@pytest.mark.parametrize("sync", ["adapter", "merged"])
+def test_lora_syncs_stay_at_float32_noise_on_the_real_model(ray_session, smollm2_path, guess_number_example, sync):
+    algo = real_config(lora_rank=8, lr=1e-4, lora_sync=sync, max_turns=1, max_response_length=32).build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+    finally:
+        algo.stop()
+    for result in results:
+        learner = result["learners"]["default_policy"]
+        assert learner[Metrics.ROLLOUT_LOGP_ABS_DIFF] < 1e-4, learner[Metrics.ROLLOUT_LOGP_ABS_DIFF]
+
+
 @pytest.fixture(scope="module")
 def real_run(ray_session, smollm2_path, guess_number_example, tmp_path_factory):
     """Iteration 1, a checkpoint, then iteration 2 twice: by the run going on and by a restored one."""
@@ -52,13 +69,21 @@ def real_run(ray_session, smollm2_path, guess_number_example, tmp_path_factory):
     del algo
     gc.collect()
     resumed, resumed_weights = resume_once(checkpoint)
+    # The weights are compared here and let go: two float32 copies of SmolLM2 (1.1 GB) would stay in this
+    # process for the rest of the module.
+    unequal = [name for name, value in continued_weights.items() if not _allclose(resumed_weights[name], value)]
     return dict(
         results=[*results, continued],
         episodes=episodes,
-        continued=(continued, continued_weights),
-        resumed=(resumed, resumed_weights),
+        continued=continued,
+        resumed=resumed,
+        unequal_weights=unequal,
         exported=exported,
     )
+
+
+def _allclose(resumed, continued) -> bool:
+    return np.allclose(resumed, continued, rtol=1e-5, atol=1e-7)
 
 
 def test_every_sync_leaves_the_engine_at_float32_noise_from_the_learner(real_run):
@@ -83,12 +108,11 @@ def test_episodes_use_the_template_its_system_prompt_and_its_end_of_turn(real_ru
 
 
 def test_a_run_on_the_real_model_resumes_exactly(real_run):
-    (continued, continued_weights), (resumed, resumed_weights) = real_run["continued"], real_run["resumed"]
+    continued, resumed = real_run["continued"], real_run["resumed"]
     assert resumed["training_iteration"] == continued["training_iteration"] == 2
     for key in ("acc_mean", "reward_mean", "response_length_mean"):
         assert resumed[Metrics.ROLLOUT][key] == continued[Metrics.ROLLOUT][key], key
-    for name, value in continued_weights.items():
-        np.testing.assert_allclose(resumed_weights[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+    assert real_run["unequal_weights"] == []
 
 
 def test_the_exported_policy_is_evaluated_by_rllib_evaluate(real_run, tmp_path):
@@ -97,20 +121,3 @@ def test_the_exported_policy_is_evaluated_by_rllib_evaluate(real_run, tmp_path):
     )
     metrics = report["metrics"]["arithmetic"]
     assert (metrics["num_problems"], metrics["num_samples"]) == (4, 8) and metrics["response_length_mean"] > 0
-
-
-# "merged" is what lora_sync="auto" picks for this model on CPU engines (0.54 GB of weights in float32). Two
-# iterations: the second samples from the adapter trained in the first (a trained sync). One turn of 32 tokens:
-# vLLM's CPU backend generates about 15 tokens/s with an adapter, and a sync's noise shows in any token.
-# A name served again under a new adapter id is tests/models/test_adapter_shelf.py's and the league's
-# (tests/algorithm/test_self_play.py).
-@pytest.mark.parametrize("sync", ["adapter", "merged"])
-def test_lora_syncs_stay_at_float32_noise_on_the_real_model(ray_session, smollm2_path, guess_number_example, sync):
-    algo = real_config(lora_rank=8, lr=1e-4, lora_sync=sync, max_turns=1, max_response_length=32).build_algo()
-    try:
-        results = [algo.train() for _ in range(2)]
-    finally:
-        algo.stop()
-    for result in results:
-        learner = result["learners"]["default_policy"]
-        assert learner[Metrics.ROLLOUT_LOGP_ABS_DIFF] < 1e-4, learner[Metrics.ROLLOUT_LOGP_ABS_DIFF]
