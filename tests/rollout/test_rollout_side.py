@@ -1,12 +1,13 @@
 """The rollout side through RLlib's loop: weights streamed in small buckets, the truncated
-importance correction, generation overlapped with the update, and what an in-process runner leaves
-when it stops (a dead env runner actor is tests/algorithm/test_fault_tolerance.py's)."""
+importance correction, generation overlapped with the update, a dead env runner, and what an in-process
+runner leaves when it stops."""
 
 import gc
 import weakref
 
 import numpy as np
 import pytest
+import ray
 
 from dapo_rllib.columns import Metrics
 from dapo_rllib.models.rl_module import hf_weights
@@ -84,6 +85,22 @@ def test_async_run_resumes_exactly_with_its_prefetched_batch(overlapped):
         assert r[key] == pytest.approx(c[key], rel=1e-5, abs=1e-7), key
     for name, value in learner_weights(overlapped["algo"]).items():
         np.testing.assert_allclose(resumed_weights[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_a_killed_env_runner_stops_the_run_with_its_name(ray_session, tiny_model_path):
+    # RLlib told to go on without failed runners (and not to restart them: issue 13's part)
+    # would sample with one runner fewer; DAPO refuses.
+    # Half a CPU each: the module's other algorithm still holds one of the session's two.
+    config = tiny_config(tiny_model_path).env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5)
+    config = config.fault_tolerance(restart_failed_env_runners=False, ignore_env_runner_failures=True)
+    algo = config.build_algo()
+    try:
+        victim = algo.env_runner_group._worker_manager._actors[2]
+        ray.kill(victim, no_restart=True)
+        with pytest.raises(RuntimeError, match=r"env runner\(s\) \[2\] did not answer"):
+            algo.train()
+    finally:
+        algo.stop()
 
 
 def test_async_rollout_needs_env_runner_actors(tiny_model_path):
